@@ -1,0 +1,40 @@
+// Minimal leveled logging to stderr: FB_LOG(INFO) << "step " << step;
+// One line per statement, prefixed with level, time since process start and file:line.
+// Thread-safe: each statement is formatted into a buffer and written with one call.
+// The threshold comes from FULLBAND_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR), default INFO.
+#pragma once
+
+#include <sstream>
+
+namespace fullband {
+
+enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// True when messages at `level` are printed.
+bool LogEnabled(LogLevel level);
+
+namespace internal {
+
+class LogMessage {
+ public:
+  LogMessage(LogLevel level, const char* file, int line);
+  ~LogMessage();
+  std::ostream& stream() { return stream_; }
+
+ private:
+  std::ostringstream stream_;
+};
+
+}  // namespace internal
+}  // namespace fullband
+
+#define FB_LOG_LEVEL_DEBUG ::fullband::LogLevel::kDebug
+#define FB_LOG_LEVEL_INFO ::fullband::LogLevel::kInfo
+#define FB_LOG_LEVEL_WARNING ::fullband::LogLevel::kWarning
+#define FB_LOG_LEVEL_ERROR ::fullband::LogLevel::kError
+
+#define FB_LOG(level)                                     \
+  !::fullband::LogEnabled(FB_LOG_LEVEL_##level)           \
+      ? (void)0                                           \
+      : ::fullband::internal::Voidify() &                 \
+            ::fullband::internal::LogMessage(FB_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

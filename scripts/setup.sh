@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything fullband needs to build and test on a fresh Debian 12 machine (as root,
+# or with sudo). Idempotent: packages already present are left alone.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  librocksdb-dev libopenmpi-dev openmpi-bin
+  libopenblas-dev libopenblas0-pthread libdnnl-dev
+  libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev
+  clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all packages present"

@@ -1,0 +1,124 @@
+// Config: YAML loading, defaults, validation errors that name the field and the value.
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+namespace fullband {
+namespace {
+
+TEST(Config, EmptyYaml_GivesPaperDefaults) {
+  StatusOr<Config> c = ParseConfig("", "empty.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const ModelConfig& m = c->model;
+  EXPECT_EQ(m.vocab_size, 100352);
+  EXPECT_EQ(m.d_model, 1536);
+  EXPECT_EQ(m.n_layers, 24);
+  EXPECT_EQ(m.n_heads, 16);
+  EXPECT_EQ(m.n_kv_heads, 8);
+  EXPECT_EQ(m.head_dim, 96);
+  EXPECT_EQ(m.ffn_dim, 6656);
+  EXPECT_EQ(m.window, 2048);
+  EXPECT_EQ(m.eod_id, 100257);
+  EXPECT_DOUBLE_EQ(m.z_loss, 1e-5);
+  EXPECT_EQ(m.feedback_loss, FeedbackLoss::kMean);
+  EXPECT_EQ(m.feedback_state, FeedbackState::kPostNorm);
+  EXPECT_TRUE(m.pass1_input_norm);
+}
+
+TEST(Config, Fields_AreReadFromYaml) {
+  StatusOr<Config> c = ParseConfig(R"(
+model:
+  vocab_size: 4096
+  eod_id: 0
+  d_model: 256
+  n_layers: 4
+  n_heads: 4
+  n_kv_heads: 2
+  head_dim: 64
+  qk_norm: false
+  feedback_loss: sum
+  feedback_state: pre_norm
+  jitter: 0.0
+  z_loss: 0
+)",
+                                   "tiny.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.vocab_size, 4096);
+  EXPECT_EQ(c->model.n_kv_heads, 2);
+  EXPECT_FALSE(c->model.qk_norm);
+  EXPECT_EQ(c->model.feedback_loss, FeedbackLoss::kSum);
+  EXPECT_EQ(c->model.feedback_state, FeedbackState::kPreNorm);
+  EXPECT_EQ(c->model.jitter, 0.0);
+}
+
+TEST(Config, YamlRoundTrip_IsIdentity) {
+  Config c;
+  c.model.d_model = 320;
+  c.model.rope_theta = 500000.25;
+  c.model.feedback_loss = FeedbackLoss::kSum;
+  c.model.prefix_mixin = false;
+  StatusOr<Config> back = ParseConfig(ConfigToYaml(c), "dump");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+}
+
+struct BadCase {
+  const char* yaml;
+  const char* expected;  // substring of the error
+};
+
+class ConfigErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigErrors, BadInput_IsRejectedNamingFieldAndValue) {
+  StatusOr<Config> c = ParseConfig(GetParam().yaml, "job.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find(GetParam().expected), std::string::npos)
+      << c.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ConfigErrors,
+    ::testing::Values(
+        BadCase{"model:\n  n_heads: 12\n  n_kv_heads: 5\n",
+                "model.n_heads: 12 is not divisible by model.n_kv_heads = 5"},
+        BadCase{"model:\n  head_dim: 95\n", "model.head_dim: 95 must be even"},
+        BadCase{"model:\n  d_model: 0\n", "model.d_model: 0 must be positive"},
+        BadCase{"model:\n  n_layers: -3\n", "model.n_layers: -3 must be positive"},
+        BadCase{"model:\n  feedback_loss: median\n",
+                "job.yaml:2: model.feedback_loss: expected one of mean, sum, got 'median'"},
+        BadCase{"model:\n  feedback_state: middle\n", "expected one of post_norm, pre_norm"},
+        BadCase{"model:\n  d_model: wide\n", "model.d_model: expected an integer, got 'wide'"},
+        BadCase{"model:\n  d_model: 12.5\n", "expected an integer, got '12.5'"},
+        BadCase{"model:\n  qk_norm: maybe\n", "model.qk_norm: expected true or false"},
+        BadCase{"model:\n  rope_theta: [1, 2]\n", "model.rope_theta: expected a number, got a list"},
+        BadCase{"model:\n  n_head: 16\n", "job.yaml:2: unknown field model.n_head"},
+        BadCase{"optimizer:\n  lr: 1\n", "unknown section optimizer"},
+        BadCase{"model: [1, 2]\n", "model: expected a mapping"},
+        BadCase{"model:\n  d_model: [\n", "not valid YAML"},
+        BadCase{"- 1\n- 2\n", "top level must be a mapping"},
+        BadCase{"model:\n  eod_id: 200000\n", "model.eod_id: 200000 is outside the vocabulary"},
+        BadCase{"model:\n  ignore_id: 5\n", "model.ignore_id: 5 is a token id"},
+        BadCase{"model:\n  window: -1\n", "model.window: -1 must be >= 0"},
+        BadCase{"model:\n  jitter: -0.5\n", "model.jitter"},
+        BadCase{"model:\n  rope_theta: 0\n", "model.rope_theta"}));
+
+TEST(Config, LoadConfigFile_MissingFileIsNotFound) {
+  StatusOr<Config> c = LoadConfigFile("/nonexistent/fullband.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(c.status().message().find("/nonexistent/fullband.yaml"), std::string::npos);
+}
+
+TEST(Config, FullAttentionLayers_FollowEverySixth) {
+  ModelConfig m;
+  EXPECT_FALSE(m.IsFullAttentionLayer(0));
+  EXPECT_TRUE(m.IsFullAttentionLayer(5));
+  EXPECT_TRUE(m.IsFullAttentionLayer(11));
+  EXPECT_FALSE(m.IsFullAttentionLayer(6));
+  m.window = 0;
+  EXPECT_TRUE(m.IsFullAttentionLayer(0));
+}
+
+}  // namespace
+}  // namespace fullband
