@@ -2,6 +2,7 @@
 // once (online max and sum of exponentials); backward reads it once more and writes dlogits.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -11,28 +12,37 @@
 namespace fullband::ops::cpu {
 namespace {
 
-// exp(a - b) where a may be -inf (a logit of -inf, or a lane that has seen nothing yet).
-inline VecF ExpDiff(VecF a, VecF b) {
-  const VecF kNegInf = Broadcast(-std::numeric_limits<float>::infinity());
-  return a == kNegInf ? Broadcast(0.0f) : Exp(a - b);
-}
-
-// log Σ exp(row) with one pass: lane-wise running maxima and rescaled sums.
+// log Σ exp(row) in two passes over the row, which stays in L2 between them: the maximum,
+// then the sum of exp(x - max). Four independent accumulators keep the SIMD units busy; the
+// lanes are combined in a fixed order.
 FB_CPU_CLONES float RowLogSumExp(const float* row, int64_t v) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  VecF vmax = Broadcast(kNegInf);
-  VecF vsum = Broadcast(0.0f);
-  for (int64_t j = 0; j < v; j += kLanes) {
-    const VecF x = j + kLanes <= v ? LoadU(row + j)
-                                   : LoadPartial(row + j, static_cast<int>(v - j), kNegInf);
-    const VecF m = Max(vmax, x);
-    vsum = vsum * ExpDiff(vmax, m) + ExpDiff(x, m);
-    vmax = m;
+  VecF m0 = Broadcast(kNegInf), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * kLanes <= v; j += 4 * kLanes) {
+    m0 = Max(m0, LoadU(row + j));
+    m1 = Max(m1, LoadU(row + j + kLanes));
+    m2 = Max(m2, LoadU(row + j + 2 * kLanes));
+    m3 = Max(m3, LoadU(row + j + 3 * kLanes));
   }
-  const float m = ReduceMax(vmax);
-  if (m == kNegInf) return kNegInf;
-  vsum = vsum * ExpDiff(vmax, Broadcast(m));
-  return m + std::log(ReduceSum(vsum));
+  for (; j < v; j += kLanes) {
+    m0 = Max(m0, LoadPartial(row + j, static_cast<int>(std::min<int64_t>(kLanes, v - j)), kNegInf));
+  }
+  const float m = ReduceMax(Max(Max(m0, m1), Max(m2, m3)));
+  if (m == kNegInf) return kNegInf;  // every logit is -inf
+  const VecF vm = Broadcast(m);
+  VecF s0 = Broadcast(0.0f), s1 = s0, s2 = s0, s3 = s0;
+  for (j = 0; j + 4 * kLanes <= v; j += 4 * kLanes) {
+    s0 += Exp(LoadU(row + j) - vm);
+    s1 += Exp(LoadU(row + j + kLanes) - vm);
+    s2 += Exp(LoadU(row + j + 2 * kLanes) - vm);
+    s3 += Exp(LoadU(row + j + 3 * kLanes) - vm);
+  }
+  for (; j < v; j += kLanes) {
+    const int rem = static_cast<int>(std::min<int64_t>(kLanes, v - j));
+    s0 += Exp(LoadPartial(row + j, rem, kNegInf) - vm);
+  }
+  return m + std::log(ReduceSum((s0 + s1) + (s2 + s3)));
 }
 
 FB_CPU_CLONES void RowGrad(float* drow, const float* row, int64_t v, float lse, float coef) {

@@ -13,39 +13,43 @@
 #define FB_CPU_CLONES
 #endif
 
+// Every helper below is force-inlined into its (cloned) caller: a 64-byte vector must never
+// cross a call between code compiled for different targets, whose vector ABIs differ.
+#define FB_VEC_INLINE inline __attribute__((always_inline))
+
 namespace fullband::ops::cpu {
 
 inline constexpr int kLanes = 16;
 typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
 typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-inline VecF Broadcast(float x) { return VecF{} + x; }
+FB_VEC_INLINE VecF Broadcast(float x) { return VecF{} + x; }
 
-inline VecF LoadU(const float* p) {
+FB_VEC_INLINE VecF LoadU(const float* p) {
   VecF v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void StoreU(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
+FB_VEC_INLINE void StoreU(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
 
 // Loads n < kLanes floats, filling the rest with `fill`.
-inline VecF LoadPartial(const float* p, int n, float fill) {
+FB_VEC_INLINE VecF LoadPartial(const float* p, int n, float fill) {
   VecF v = Broadcast(fill);
   for (int i = 0; i < n; ++i) v[i] = p[i];
   return v;
 }
-inline void StorePartial(float* p, VecF v, int n) {
+FB_VEC_INLINE void StorePartial(float* p, VecF v, int n) {
   for (int i = 0; i < n; ++i) p[i] = v[i];
 }
 
-inline VecF Max(VecF a, VecF b) { return a > b ? a : b; }
+FB_VEC_INLINE VecF Max(VecF a, VecF b) { return a > b ? a : b; }
 
-inline float ReduceMax(VecF v) {
+FB_VEC_INLINE float ReduceMax(VecF v) {
   float m = v[0];
   for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
-inline float ReduceSum(VecF v) {
+FB_VEC_INLINE float ReduceSum(VecF v) {
   // Pairwise, in a fixed order (results must not depend on the clone chosen).
   float s[kLanes];
   std::memcpy(s, &v, sizeof(s));
@@ -57,7 +61,7 @@ inline float ReduceSum(VecF v) {
 
 // exp(x) for every lane, relative error < 2e-7 over the float range (Cephes polynomial with
 // Cody–Waite range reduction). exp(x) = 0 for x < -87.3 (including -inf), +inf above 88.7.
-inline VecF Exp(VecF x) {
+FB_VEC_INLINE VecF Exp(VecF x) {
   const VecF kLog2e = Broadcast(1.44269504088896341f);
   const VecF kC1 = Broadcast(0.693359375f);
   const VecF kC2 = Broadcast(-2.12194440e-4f);
@@ -96,6 +100,6 @@ inline VecF Exp(VecF x) {
   return overflow ? Broadcast(__builtin_inff()) : out;
 }
 
-inline VecF Sigmoid(VecF x) { return Broadcast(1.0f) / (Broadcast(1.0f) + Exp(-x)); }
+FB_VEC_INLINE VecF Sigmoid(VecF x) { return Broadcast(1.0f) / (Broadcast(1.0f) + Exp(-x)); }
 
 }  // namespace fullband::ops::cpu

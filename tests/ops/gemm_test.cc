@@ -1,0 +1,190 @@
+// Backend::Gemm against the float64 reference: all four transpose combinations, odd sizes,
+// padded leading dimensions, alpha/beta (beta = 0 must ignore NaN in C), batches with strides
+// including 0 (broadcast), and that nothing outside each C[i]'s (m, n) window is written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/ops/backend_fixture.h"
+#include "tests/ops/reference.h"
+
+namespace fullband::ops::test {
+namespace {
+
+// A float32 dot product of k terms errs by ~√k·ε·|a||b| typically (k·ε worst case); relative
+// to the largest entry of C that is ≲ 2e-6 for k ≤ 100. 2e-5 leaves margin while TF32
+// (ε ≈ 1e-3) or half-precision accumulation would fail.
+constexpr double kGemmTol = 2e-5;
+// k = 515: worst-case bound k·ε ≈ 6e-5.
+constexpr double kGemmLargeKTol = 1e-4;
+constexpr float kSentinel = 12345.0f;  // marks C memory outside the (m, n) windows
+
+struct GemmCase {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 1, n = 1, k = 1;
+  int64_t pad = 0;  // extra columns in every leading dimension
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t batch = 1;
+  bool broadcast_a = false, broadcast_b = false;
+  bool use_single_overload = false;
+
+  std::string Name() const {
+    return "trans_a=" + std::to_string(trans_a) + " trans_b=" + std::to_string(trans_b) +
+           " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+           " pad=" + std::to_string(pad) + " alpha=" + std::to_string(alpha) +
+           " beta=" + std::to_string(beta) + " batch=" + std::to_string(batch) +
+           " broadcast_a=" + std::to_string(broadcast_a) +
+           " broadcast_b=" + std::to_string(broadcast_b);
+  }
+};
+
+class GemmTest : public BackendTest {
+ protected:
+  void RunCase(const GemmCase& c, double tol) {
+    SCOPED_TRACE(c.Name());
+    // Stored A is (m, k), or (k, m) when transposed; likewise B (k, n) or (n, k).
+    const int64_t lda = (c.trans_a ? c.m : c.k) + c.pad;
+    const int64_t ldb = (c.trans_b ? c.k : c.n) + c.pad;
+    const int64_t ldc = c.n + c.pad;
+    const int64_t size_a = (c.trans_a ? c.k : c.m) * lda;
+    const int64_t size_b = (c.trans_b ? c.n : c.k) * ldb;
+    const int64_t size_c = c.m * ldc;
+    // Batch items sit a few elements apart, so strides differ from the matrix sizes.
+    const int64_t stride_a = c.broadcast_a ? 0 : size_a + 5;
+    const int64_t stride_b = c.broadcast_b ? 0 : size_b + 3;
+    const int64_t stride_c = size_c + 7;
+    const int64_t total_a = stride_a * (c.batch - 1) + size_a;
+    const int64_t total_b = stride_b * (c.batch - 1) + size_b;
+    const int64_t total_c = stride_c * (c.batch - 1) + size_c;
+
+    const std::vector<float> a = Normal(total_a);
+    const std::vector<float> b = Normal(total_b);
+    std::vector<float> c_init(total_c, kSentinel);
+    std::vector<bool> in_window(total_c, false);
+    for (int64_t i = 0; i < c.batch; ++i) {
+      for (int64_t r = 0; r < c.m; ++r) {
+        for (int64_t col = 0; col < c.n; ++col) {
+          const int64_t idx = i * stride_c + r * ldc + col;
+          in_window[idx] = true;
+          c_init[idx] = c.beta == 0 ? kNaN : Normal(1)[0];
+        }
+      }
+    }
+
+    Tensor ta = Upload(a, {total_a});
+    Tensor tb = Upload(b, {total_b});
+    Tensor tc = Upload(c_init, {total_c});
+    if (c.use_single_overload) {
+      backend().Gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, ta.f32(), lda, tb.f32(), ldb,
+                     c.beta, tc.f32(), ldc);
+    } else {
+      backend().Gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, ta.f32(), lda, stride_a,
+                     tb.f32(), ldb, stride_b, c.beta, tc.f32(), ldc, stride_c, c.batch);
+    }
+    const std::vector<float> got = Download(tc);
+
+    ref::Vec expected = ToF64(c_init);
+    const ref::Vec a64 = ToF64(a), b64 = ToF64(b);
+    ref::Gemm(c.trans_a, c.trans_b, c.m, c.n, c.k, c.alpha, a64.data(), lda, stride_a, b64.data(),
+              ldb, stride_b, c.beta, expected.data(), ldc, stride_c, c.batch);
+
+    std::vector<float> got_window, got_outside;
+    ref::Vec expected_window;
+    for (int64_t idx = 0; idx < total_c; ++idx) {
+      if (in_window[idx]) {
+        got_window.push_back(got[idx]);
+        expected_window.push_back(expected[idx]);
+      } else {
+        got_outside.push_back(got[idx]);
+      }
+    }
+    EXPECT_TRUE(NearMax(got_window, expected_window, tol));
+    EXPECT_TRUE(BitwiseEqual(got_outside, std::vector<float>(got_outside.size(), kSentinel)))
+        << "Gemm wrote outside the (m, n) windows of C";
+  }
+};
+FB_INSTANTIATE_BACKEND_TEST_SUITE(GemmTest);
+
+TEST_P(GemmTest, AllTransposes_OddSizesAndPaddedStrides_MatchReference) {
+  struct Size {
+    int64_t m, n, k, pad;
+  };
+  for (const Size s : {Size{1, 1, 1, 0}, Size{7, 13, 5, 3}, Size{33, 24, 40, 0},
+                       Size{17, 100, 3, 1}, Size{2, 9, 65, 4}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        RunCase({.trans_a = ta, .trans_b = tb, .m = s.m, .n = s.n, .k = s.k, .pad = s.pad,
+                 .alpha = 0.7f, .beta = 1.3f},
+                kGemmTol);
+      }
+    }
+  }
+}
+
+TEST_P(GemmTest, BetaZero_IgnoresNaNInC) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      RunCase({.trans_a = ta, .trans_b = tb, .m = 7, .n = 24, .k = 10, .pad = 2, .alpha = -1.5f,
+               .beta = 0.0f},
+              kGemmTol);
+    }
+  }
+}
+
+TEST_P(GemmTest, AlphaAndBetaVariants_MatchReference) {
+  for (float alpha : {1.0f, -0.25f, 2.0f}) {
+    for (float beta : {0.0f, 1.0f, -0.5f}) {
+      RunCase({.trans_a = false, .trans_b = true, .m = 9, .n = 10, .k = 16, .pad = 0,
+               .alpha = alpha, .beta = beta},
+              kGemmTol);
+    }
+  }
+}
+
+TEST_P(GemmTest, Batched_StridedItems_MatchReference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      RunCase({.trans_a = ta, .trans_b = tb, .m = 7, .n = 10, .k = 8, .pad = 1, .alpha = 0.5f,
+               .beta = 0.75f, .batch = 3},
+              kGemmTol);
+    }
+  }
+}
+
+TEST_P(GemmTest, Batched_ZeroStrideA_BroadcastsA) {
+  for (bool ta : {false, true}) {
+    RunCase({.trans_a = ta, .trans_b = false, .m = 5, .n = 12, .k = 7, .pad = 2, .alpha = 1.0f,
+             .beta = 0.0f, .batch = 4, .broadcast_a = true},
+            kGemmTol);
+  }
+}
+
+TEST_P(GemmTest, Batched_ZeroStrideB_BroadcastsB) {
+  for (bool tb : {false, true}) {
+    RunCase({.trans_a = false, .trans_b = tb, .m = 33, .n = 8, .k = 10, .pad = 0, .alpha = 1.0f,
+             .beta = 1.0f, .batch = 3, .broadcast_b = true},
+            kGemmTol);
+  }
+}
+
+TEST_P(GemmTest, SingleMatrixOverload_MatchesReference) {
+  RunCase({.trans_a = true, .trans_b = false, .m = 13, .n = 7, .k = 24, .pad = 3, .alpha = 0.3f,
+           .beta = 0.0f, .use_single_overload = true},
+          kGemmTol);
+}
+
+TEST_P(GemmTest, LargerSizes_MatchReference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      RunCase({.trans_a = ta, .trans_b = tb, .m = 96, .n = 130, .k = 515, .pad = 0,
+               .alpha = 1.0f, .beta = 0.0f},
+              kGemmLargeKTol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fullband::ops::test
