@@ -9,7 +9,8 @@
 //    the backend's 2048³ GEMM rate;
 //  - cross-entropy forward+backward over V = 100,352: effective GB/s and the ratio to a
 //    STREAM-like copy of the same bytes.
-// Flags: --threads N (default: all cores), --quick (smaller sizes, fewer repeats),
+// Flags: --device cpu|cuda (default cpu; on cuda the GEMM rows have no CPU baselines),
+//        --threads N (default: all cores), --quick (smaller sizes, fewer repeats),
 //        --openblas-child (internal: print only OpenBLAS GEMM lines).
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -38,6 +39,7 @@ using ops::Backend;
 using ops::Tensor;
 
 struct Options {
+  ops::Device device = ops::Device::kCpu;
   int threads = 0;
   bool quick = false;
   bool openblas_child = false;
@@ -308,13 +310,20 @@ int Main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--threads" && i + 1 < argc) {
       opt.threads = std::atoi(argv[++i]);
+    } else if (arg == "--device" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      if (d != "cpu" && d != "cuda") {
+        std::fprintf(stderr, "ops_bench: --device must be cpu or cuda, got '%s'\n", d.c_str());
+        return 2;
+      }
+      opt.device = d == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
     } else if (arg == "--quick") {
       opt.quick = true;
     } else if (arg == "--openblas-child" && i + 1 < argc) {
       opt.openblas_child = true;
       child_label = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--threads N] [--quick]\n", argv[0]);
       return 2;
     }
   }
@@ -326,6 +335,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   ops::BackendOptions bo;
+  bo.device = opt.device;
   bo.num_threads = opt.threads;
   auto backend = ops::CreateBackend(bo);
   if (!backend.ok()) {
@@ -335,7 +345,15 @@ int Main(int argc, char** argv) {
   Backend* be = backend->get();
   std::printf("{\"bench\": \"machine\", \"cpu\": \"%s\", \"threads\": %d, \"backend\": \"%s\"}\n",
               CpuModel().c_str(), opt.threads, be->name().c_str());
-  BenchGemm(be, opt, argv[0]);
+  if (opt.device == ops::Device::kCpu) {
+    BenchGemm(be, opt, argv[0]);
+  } else {
+    for (int64_t n : sizes) {  // cuBLAS is the GEMM here; no CPU baseline applies
+      std::printf("{\"bench\": \"gemm\", \"impl\": \"fullband\", \"device\": \"cuda\", "
+                  "\"m\": %ld, \"n\": %ld, \"k\": %ld, \"trans\": \"NN\", \"gflops\": %.1f}\n",
+                  n, n, n, BackendGemm(be, opt, n, n, n, false, false));
+    }
+  }
   const double gemm_ref = BackendGemm(be, opt, opt.quick ? 1024 : 2048, opt.quick ? 1024 : 2048,
                                       opt.quick ? 1024 : 2048, false, false);
   BenchAttention(be, opt, gemm_ref, 0);

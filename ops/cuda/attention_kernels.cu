@@ -13,12 +13,12 @@
 namespace fullband::ops::kernels {
 namespace {
 
-constexpr int kTile = 32;                            // query rows and keys per tile
-constexpr int kQueryWarps = 4;                       // forward and dq kernels
-constexpr int kRowsPerWarp = kTile / kQueryWarps;    // query rows owned by one warp
-constexpr int kKeyWarps = 8;                         // dk/dv kernel
-constexpr int kKeysPerWarp = kTile / kKeyWarps;      // keys owned by one warp
-constexpr size_t kDefaultSharedLimit = 48 * 1024;    // above this, opt in per kernel
+constexpr int kTile = 32;                          // query rows and keys per tile
+constexpr int kQueryWarps = 4;                     // forward and dq kernels
+constexpr int kRowsPerWarp = kTile / kQueryWarps;  // query rows owned by one warp
+constexpr int kKeyWarps = 8;                       // dk/dv kernel
+constexpr int kKeysPerWarp = kTile / kKeyWarps;    // keys owned by one warp
+constexpr size_t kDefaultSharedLimit = 48 * 1024;  // above this, opt in per kernel
 
 // Sizes as the kernels see them (int: T, heads and Dh are far below 2^31).
 struct Dims {
@@ -48,14 +48,14 @@ __device__ void LoadTile(float* dst, int pitch, const float* x, int b, int row0,
 // P (32, 32).
 template <int NC>
 __global__ void __launch_bounds__(kQueryWarps* kWarpSize)
-    AttentionForwardKernel(float* out, float* lse, const float* q, const float* k,
-                           const float* v, Dims dims) {
+    AttentionForwardKernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                           Dims dims) {
   extern __shared__ float smem[];
   const int seq_len = dims.t, dh = dims.dh, kpitch = dims.dh + 1;
-  float* qs = smem;                    // (kTile, Dh)
-  float* ks = qs + kTile * dh;         // (kTile, Dh + 1)
-  float* vs = ks + kTile * kpitch;     // (kTile, Dh)
-  float* ps = vs + kTile * dh;         // (kTile, kTile)
+  float* qs = smem;                 // (kTile, Dh)
+  float* ks = qs + kTile * dh;      // (kTile, Dh + 1)
+  float* vs = ks + kTile * kpitch;  // (kTile, Dh)
+  float* ps = vs + kTile * dh;      // (kTile, kTile)
 
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;  // longest rows first
   const int b = blockIdx.y / dims.h;
@@ -178,11 +178,11 @@ __global__ void __launch_bounds__(kQueryWarps* kWarpSize)
                               const float* v, const float* out, const float* lse, Dims dims) {
   extern __shared__ float smem[];
   const int seq_len = dims.t, dh = dims.dh, kpitch = dims.dh + 1;
-  float* qs = smem;                   // (kTile, Dh)
-  float* dos = qs + kTile * dh;       // (kTile, Dh)
-  float* ks = dos + kTile * dh;       // (kTile, Dh + 1)
-  float* vs = ks + kTile * kpitch;    // (kTile, Dh + 1)
-  float* dss = vs + kTile * kpitch;   // (kTile, kTile)
+  float* qs = smem;                    // (kTile, Dh)
+  float* dos = qs + kTile * dh;        // (kTile, Dh)
+  float* ks = dos + kTile * dh;        // (kTile, Dh + 1)
+  float* vs = ks + kTile * kpitch;     // (kTile, Dh + 1)
+  float* dss = vs + kTile * kpitch;    // (kTile, kTile)
   float* lse_s = dss + kTile * kTile;  // (kTile)
   float* dd_s = lse_s + kTile;         // (kTile)
 
@@ -277,18 +277,18 @@ __global__ void __launch_bounds__(kQueryWarps* kWarpSize)
 template <int NC>
 __global__ void __launch_bounds__(kKeyWarps* kWarpSize)
     AttentionBackwardDkDvKernel(float* dk, float* dv, const float* dout, const float* q,
-                                const float* k, const float* v, const float* out,
-                                const float* lse, Dims dims) {
+                                const float* k, const float* v, const float* out, const float* lse,
+                                Dims dims) {
   extern __shared__ float smem[];
   const int seq_len = dims.t, dh = dims.dh, qpitch = dims.dh + 1;
-  float* ks = smem;                      // (kTile, Dh)
-  float* vs = ks + kTile * dh;           // (kTile, Dh)
-  float* qs = vs + kTile * dh;           // (kTile, Dh + 1)
-  float* dos = qs + kTile * qpitch;      // (kTile, Dh + 1)
-  float* ps = dos + kTile * qpitch;      // (kTile keys, kTile queries)
-  float* dss = ps + kTile * kTile;       // (kTile keys, kTile queries)
-  float* lse_s = dss + kTile * kTile;    // (kTile)
-  float* dd_s = lse_s + kTile;           // (kTile)
+  float* ks = smem;                    // (kTile, Dh)
+  float* vs = ks + kTile * dh;         // (kTile, Dh)
+  float* qs = vs + kTile * dh;         // (kTile, Dh + 1)
+  float* dos = qs + kTile * qpitch;    // (kTile, Dh + 1)
+  float* ps = dos + kTile * qpitch;    // (kTile keys, kTile queries)
+  float* dss = ps + kTile * kTile;     // (kTile keys, kTile queries)
+  float* lse_s = dss + kTile * kTile;  // (kTile)
+  float* dd_s = lse_s + kTile;         // (kTile)
 
   const int k0 = blockIdx.x * kTile;
   const int b = blockIdx.y / dims.hkv;
@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(kKeyWarps* kWarpSize)
   }
 
   // Queries that see a key of this tile: k0 <= t <= k0 + kTile - 1 + W - 1.
-  const int t_last = dims.window > 0 ? min(seq_len - 1, k0 + kTile - 1 + dims.window - 1)
-                                     : seq_len - 1;
+  const int t_last =
+      dims.window > 0 ? min(seq_len - 1, k0 + kTile - 1 + dims.window - 1) : seq_len - 1;
   for (int h = g * group; h < (g + 1) * group; ++h) {
     for (int q0 = k0; q0 <= t_last; q0 += kTile) {
       __syncthreads();  // the previous query tile is consumed (and K, V are loaded)
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kKeyWarps* kWarpSize)
 Dims ToKernelDims(const AttentionDims& dims) {
   // A window at least T long masks nothing.
   const int64_t window = dims.window >= dims.t ? 0 : dims.window;
-  return Dims{static_cast<int>(dims.t), static_cast<int>(dims.h), static_cast<int>(dims.hkv),
+  return Dims{static_cast<int>(dims.t),  static_cast<int>(dims.h), static_cast<int>(dims.hkv),
               static_cast<int>(dims.dh), static_cast<int>(window), dims.scale};
 }
 
@@ -399,8 +399,7 @@ Dims ToKernelDims(const AttentionDims& dims) {
 template <typename Kernel>
 void AllowSharedMemory(Kernel kernel, size_t bytes) {
   if (bytes <= kDefaultSharedLimit) return;
-  FB_CALL_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  FB_CALL_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 template <int NC>
@@ -411,8 +410,8 @@ void LaunchForward(cudaStream_t stream, float* out, float* lse, const float* q, 
   AllowSharedMemory(AttentionForwardKernel<NC>, bytes);
   const dim3 grid(static_cast<unsigned>((dims.t + kTile - 1) / kTile),
                   static_cast<unsigned>(dims.b * dims.h));
-  AttentionForwardKernel<NC><<<grid, kQueryWarps * kWarpSize, bytes, stream>>>(out, lse, q, k, v,
-                                                                             kd);
+  AttentionForwardKernel<NC>
+      <<<grid, kQueryWarps * kWarpSize, bytes, stream>>>(out, lse, q, k, v, kd);
   CheckLaunch();
 }
 
@@ -435,8 +434,8 @@ void LaunchBackward(cudaStream_t stream, float* dq, float* dk, float* dv, const 
          stream>>>(dq, dout, q, k, v, out, lse, kd);
   CheckLaunch();
   AttentionBackwardDkDvKernel<NC>
-      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.hkv)), kKeyWarps * kWarpSize,
-         dkdv_bytes, stream>>>(dk, dv, dout, q, k, v, out, lse, kd);
+      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.hkv)), kKeyWarps * kWarpSize, dkdv_bytes,
+         stream>>>(dk, dv, dout, q, k, v, out, lse, kd);
   CheckLaunch();
 }
 

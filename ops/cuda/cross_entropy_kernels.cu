@@ -51,8 +51,8 @@ __device__ MaxSum WarpMerge(MaxSum x) {
 }
 
 __global__ void __launch_bounds__(kForwardThreads)
-    CrossEntropyForwardKernel(float* loss, float* lse, const float* logits,
-                              const int32_t* targets, int64_t v, int32_t ignore_id) {
+    CrossEntropyForwardKernel(float* loss, float* lse, const float* logits, const int32_t* targets,
+                              int64_t v, int32_t ignore_id) {
   __shared__ float maxes[kWarpSize];
   __shared__ float sums[kWarpSize];
   const int64_t row = blockIdx.x;
@@ -98,12 +98,13 @@ __global__ void __launch_bounds__(kBackwardThreads)
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) dx[i] = 0.0f;
     return;
   }
+  // ce_scale (p - onehot) + z_scale · 2 · lse · p, grouped as on the CPU backend:
+  // (ce_scale + 2 · z_scale · lse) · p, minus ce_scale at the target.
   const float row_lse = lse[row];
-  const float z_coef = z_scale * 2.0f * row_lse;
+  const float coef = ce_scale + 2.0f * z_scale * row_lse;
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-    const float p = expf(x[i] - row_lse);
-    const float onehot = i == target ? 1.0f : 0.0f;
-    dx[i] = ce_scale * (p - onehot) + z_coef * p;
+    const float g = coef * expf(x[i] - row_lse);
+    dx[i] = i == target ? g - ce_scale : g;
   }
 }
 

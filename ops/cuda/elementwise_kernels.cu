@@ -57,8 +57,8 @@ __global__ void HeadGateForwardKernel(float* out, const float* x, const float* g
 // One warp per row: dgate = Σ_d dout·x · s(1 - s), dx = dout · s with s = sigmoid(gate).
 __global__ void HeadGateBackwardKernel(float* dx, float* dgate, const float* dout, const float* x,
                                        const float* gate, int64_t rows, int64_t dh) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;  // warp-uniform
   const float s = Sigmoid(gate[row]);
@@ -71,7 +71,7 @@ __global__ void HeadGateBackwardKernel(float* dx, float* dgate, const float* dou
   // All reads of dout and x for this row are done (the shuffles converge the warp): dx may
   // now overwrite either.
   for (int64_t i = lane; i < dh; i += kWarpSize) dx_row[i] = dout_row[i] * s;
-  if (lane == 0) dgate[row] = sum * (s * (1.0f - s));
+  if (lane == 0) dgate[row] = sum * s * (1.0f - s);
 }
 
 // out = silu(gate) ⊙ up, silu(g) = g · sigmoid(g).
@@ -83,15 +83,15 @@ __global__ void SwiGluForwardKernel(float* out, const float* gate, const float* 
 }
 
 // dup = dout · silu(g); dgate = dout · up · s · (1 + g (1 - s)), s = sigmoid(g).
-__global__ void SwiGluBackwardKernel(float* dgate, float* dup, const float* dout,
-                                     const float* gate, const float* up, int64_t n) {
+__global__ void SwiGluBackwardKernel(float* dgate, float* dup, const float* dout, const float* gate,
+                                     const float* up, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
     const float g = gate[i];
     const float u = up[i];
     const float dy = dout[i];
     const float s = Sigmoid(g);
     dup[i] = dy * (g * s);
-    dgate[i] = dy * u * (s * (1.0f + g * (1.0f - s)));
+    dgate[i] = dy * u * s * (1.0f + g * (1.0f - s));
   }
 }
 
@@ -124,10 +124,9 @@ __global__ void FeedbackMixForwardKernel(float* out, const float* value, const f
 
 // Plain rows: de = dout, dvalue = dgate = 0. Fused rows: dvalue = dout · s,
 // dgate = dout · value · s (1 - s), de = 0.
-__global__ void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de,
-                                          const float* dout, const float* value,
-                                          const float* gate, const uint8_t* plain, int64_t n,
-                                          int64_t d) {
+__global__ void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de, const float* dout,
+                                          const float* value, const float* gate,
+                                          const uint8_t* plain, int64_t n, int64_t d) {
   for (int64_t i = GlobalThread(); i < n * d; i += GridStride()) {
     const float dy = dout[i];
     if (plain[i / d] != 0) {
@@ -138,7 +137,7 @@ __global__ void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de
       const float s = Sigmoid(gate[i]);
       const float val = value[i];
       dvalue[i] = dy * s;
-      dgate[i] = dy * val * (s * (1.0f - s));
+      dgate[i] = dy * val * s * (1.0f - s);
       de[i] = 0.0f;
     }
   }
@@ -184,8 +183,7 @@ void EmbeddingForward(cudaStream_t stream, float* out, const float* table, const
 void EmbeddingBackward(cudaStream_t stream, float* dtable, const float* dout, const int32_t* ids,
                        int64_t n, int64_t d, int64_t v) {
   if (n * d == 0) return;
-  EmbeddingBackwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(dtable, dout, ids, n, d,
-                                                                        v);
+  EmbeddingBackwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(dtable, dout, ids, n, d, v);
   CheckLaunch();
 }
 
@@ -206,8 +204,7 @@ void HeadGateBackward(cudaStream_t stream, float* dx, float* dgate, const float*
   CheckLaunch();
 }
 
-void SwiGluForward(cudaStream_t stream, float* out, const float* gate, const float* up,
-                   int64_t n) {
+void SwiGluForward(cudaStream_t stream, float* out, const float* gate, const float* up, int64_t n) {
   if (n == 0) return;
   SwiGluForwardKernel<<<GridFor(n), kBlockThreads, 0, stream>>>(out, gate, up, n);
   CheckLaunch();
@@ -237,8 +234,8 @@ void ShiftRightBackward(cudaStream_t stream, float* dx, const float* dout, int64
 void FeedbackMixForward(cudaStream_t stream, float* out, const float* value, const float* gate,
                         const float* e, const uint8_t* plain, int64_t n, int64_t d) {
   if (n * d == 0) return;
-  FeedbackMixForwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(out, value, gate, e,
-                                                                         plain, n, d);
+  FeedbackMixForwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(out, value, gate, e, plain,
+                                                                         n, d);
   CheckLaunch();
 }
 
@@ -246,8 +243,8 @@ void FeedbackMixBackward(cudaStream_t stream, float* dvalue, float* dgate, float
                          const float* dout, const float* value, const float* gate,
                          const uint8_t* plain, int64_t n, int64_t d) {
   if (n * d == 0) return;
-  FeedbackMixBackwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(
-      dvalue, dgate, de, dout, value, gate, plain, n, d);
+  FeedbackMixBackwardKernel<<<GridFor(n * d), kBlockThreads, 0, stream>>>(dvalue, dgate, de, dout,
+                                                                          value, gate, plain, n, d);
   CheckLaunch();
 }
 

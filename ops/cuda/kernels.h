@@ -49,8 +49,8 @@ void FeedbackMixBackward(cudaStream_t stream, float* dvalue, float* dgate, float
                          const uint8_t* plain, int64_t n, int64_t d);
 
 // ---- norm_kernels.cu: x, out (n, d); gain (d); rstd (n).
-void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* x,
-                    const float* gain, int64_t n, int64_t d, float eps);
+void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* x, const float* gain,
+                    int64_t n, int64_t d, float eps);
 void RmsNormBackward(cudaStream_t stream, float* dx, float* dgain, const float* dout,
                      const float* x, const float* gain, const float* rstd, int64_t n, int64_t d);
 
@@ -82,10 +82,10 @@ void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* logi
 // ---- optimizer_kernels.cu
 struct AdamWParams {
   float lr, beta1, beta2, eps;
-  float decay;       // 1 - lr * weight_decay
+  float decay;  // 1 - lr * weight_decay
   float grad_scale;
-  float bias1;       // 1 - beta1^step
-  float bias2;       // 1 - beta2^step
+  float bias1;  // 1 - beta1^step
+  float bias2;  // 1 - beta2^step
 };
 void AdamW(cudaStream_t stream, float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWParams& params);

@@ -32,7 +32,8 @@ __global__ void RmsNormForwardKernel(float* out, float* rstd, const float* x, co
   if (lane == 0) rstd[row] = r;
 }
 
-// dx = r · (g ⊙ dy - x · r² · Σ(dy ⊙ g ⊙ x) / d), per row. dx may alias dout.
+// dx = r · g ⊙ dy - x · r³ · Σ(g ⊙ dy ⊙ x) / d, per row (the CPU backend's expression order).
+// dx may alias dout.
 __global__ void RmsNormBackwardDxKernel(float* dx, const float* dout, const float* x,
                                         const float* gain, const float* rstd, int64_t n,
                                         int64_t d) {
@@ -43,13 +44,12 @@ __global__ void RmsNormBackwardDxKernel(float* dx, const float* dout, const floa
   const float* x_row = x + row * d;
   float* dx_row = dx + row * d;
   float dot = 0.0f;
-  for (int64_t i = lane; i < d; i += kWarpSize) dot += dy_row[i] * gain[i] * x_row[i];
+  for (int64_t i = lane; i < d; i += kWarpSize) dot += gain[i] * dy_row[i] * x_row[i];
   dot = WarpSum(dot);
   const float r = rstd[row];
-  const float coef = r * r * dot / static_cast<float>(d);
-  for (int64_t i = lane; i < d; i += kWarpSize) {
-    dx_row[i] = r * (dy_row[i] * gain[i] - x_row[i] * coef);
-  }
+  const float coef = r * r * r * dot / static_cast<float>(d);
+  for (int64_t i = lane; i < d; i += kWarpSize)
+    dx_row[i] = r * gain[i] * dy_row[i] - coef * x_row[i];
 }
 
 // dgain[c] += Σ_rows dy[row, c] · x[row, c] · r[row]. Block (32, 8): threadIdx.x a column,
@@ -82,8 +82,8 @@ __global__ void RmsNormBackwardDgainKernel(float* dgain, const float* dout, cons
 
 }  // namespace
 
-void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* x,
-                    const float* gain, int64_t n, int64_t d, float eps) {
+void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* x, const float* gain,
+                    int64_t n, int64_t d, float eps) {
   if (n == 0) return;
   const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
   RmsNormForwardKernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(

@@ -13,15 +13,14 @@ __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v,
                             AdamWParams a) {
   for (int64_t i = GlobalThread(); i < n; i += GridStride()) {
     const float g = a.grad_scale * grad[i];
-    float p = param[i] * a.decay;
+    const float p = param[i] * a.decay;
     const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * (g * g);
+    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
     const float m_hat = mi / a.bias1;
     const float v_hat = vi / a.bias2;
-    p -= a.lr * m_hat / (sqrtf(v_hat) + a.eps);
-    param[i] = p;
+    param[i] = p - a.lr * m_hat / (sqrtf(v_hat) + a.eps);
   }
 }
 

@@ -18,7 +18,7 @@ namespace {
 // Scores q·k over Dh ≤ 16 terms, exp (a few ulp, and ε·|score| from the rounded score), and a
 // weighted sum over ≤ 257 keys: ≲ 2e-6 of the largest output; 2e-5 leaves margin.
 constexpr double kForwardTol = 2e-5;
-// Scores of magnitude ~100: exp(score - max) inherits ε·|score| ≈ 1e-5 relative error.
+// Scores of magnitude ~150: exp(score - max) inherits ε·|score| ≈ 2e-5 relative error.
 constexpr double kLargeScoreTol = 2e-4;
 // Through the softmax the backward forms dS = P ⊙ (dP - Σ dout·out), a difference of similar
 // numbers (~10× cancellation), then sums over ≤ 33 keys or queries: ~100·ε·10 ≈ 1e-4.
@@ -121,7 +121,8 @@ TEST_P(AttentionTest, Forward_TEqualsOne_ReturnsTheOnlyValueRow) {
     const int64_t g = hi / (h / hkv);
     for (int64_t j = 0; j < dh; ++j) {
       want_out.push_back(v[g * dh + j]);
-      want_lse[hi] += q[hi * dh + j] * static_cast<double>(k[g * dh + j]) / std::sqrt(8.0);
+      want_lse[hi] += q[hi * dh + j] * static_cast<double>(k[g * dh + j]) /
+                     std::sqrt(static_cast<double>(dh));
     }
   }
   EXPECT_TRUE(NearMax(Download(out), want_out, kForwardTol)) << "out";
@@ -156,7 +157,7 @@ TEST_P(AttentionTest, Forward_WindowOfOne_AttendsOnlyToItself) {
   ref::Vec want;
   for (int64_t t = 0; t < c.t; ++t) {
     for (int64_t h = 0; h < c.h; ++h) {
-      for (int64_t j = 0; j < c.dh; ++j) want.push_back(v[(t * c.hkv + h / 2) * c.dh + j]);
+      for (int64_t j = 0; j < c.dh; ++j) want.push_back(v[(t * c.hkv + h / (c.h / c.hkv)) * c.dh + j]);
     }
   }
   EXPECT_TRUE(NearMax(Download(out), want, kForwardTol));
@@ -175,9 +176,10 @@ TEST_P(AttentionTest, Forward_CustomScale_MatchesReference) {
 }
 
 TEST_P(AttentionTest, Forward_LargeScores_StaysFiniteAndMatchesReference) {
-  // q scaled by 25: scores up to ~±100 / sqrt(Dh)·|k|, far past exp's float range unshifted.
+  // q ~ N(0, 50²), Dh = 16: scaled scores ~ N(0, 50²) reach ±150, past exp's float range
+  // (88) unless the row maximum is subtracted.
   for (const Case& c : {Case{1, 33, 4, 2, 16}, Case{1, 33, 4, 2, 16, 5}}) {
-    CheckForward(c, kLargeScoreTol, /*q_stddev=*/25.0f);
+    CheckForward(c, kLargeScoreTol, /*q_stddev=*/50.0f);
   }
 }
 

@@ -1,0 +1,13 @@
+// The subcommands of the fullband binary. Each takes the arguments after its name and returns
+// the process exit code: 0 success, 1 failure of the work, 2 bad usage or bad input.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fullband::cli {
+
+int RunBackends(const std::vector<std::string>& args);
+int RunConfig(const std::vector<std::string>& args);
+
+}  // namespace fullband::cli

@@ -1,0 +1,51 @@
+// fullband: the one command-line entry point (DESIGN Appendix B). Each subcommand parses its
+// flags, builds what it needs from a validated Config, runs, and exits non-zero with a one-line
+// reason on bad input. `--help` lists only the subcommands that exist in this build.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace fullband::cli {
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const Command kCommands[] = {
+    {"backends", "list the compute backends available here (CPU features, CUDA devices)",
+     RunBackends},
+    {"config", "check a configuration file: `fullband config check FILE [--json]`", RunConfig},
+};
+
+void PrintHelp() {
+  std::printf(
+      "fullband: pretrain latent-feedback transformers.\n\n"
+      "usage: fullband <command> [args]   (fullband <command> --help for details)\n\n"
+      "commands:\n");
+  for (const Command& c : kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+}  // namespace fullband::cli
+
+int main(int argc, char** argv) {
+  using fullband::cli::kCommands;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    fullband::cli::PrintHelp();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) {
+      return c.run(std::vector<std::string>(argv + 2, argv + argc));
+    }
+  }
+  std::fprintf(stderr, "fullband: unknown command '%s' (see fullband --help)\n", argv[1]);
+  return 2;
+}

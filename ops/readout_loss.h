@@ -1,0 +1,39 @@
+// ReadoutCrossEntropy: the loss head of the model — logits = h Eᵀ over a large vocabulary,
+// cross-entropy with ignore id and z-loss — computed in chunks of rows so that the full
+// (B·T, V) logits never exist: only one (chunk_rows, V) block at a time, on any backend.
+//
+// Forward and backward are fused: each chunk's logits are formed, reduced to per-row
+// log-sum-exp and loss, and (when gradients are requested) turned into dlogits in place and
+// multiplied out into dh and dE before the next chunk reuses the block. The loss being
+// differentiated is  ce_scale · Σ_rows CE + z_scale · Σ_rows lse²  over counted rows, so the
+// caller passes the scales of its mean (1 / counted targets, times the pass weight).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace fullband::ops {
+
+struct ReadoutLossSums {
+  double ce_sum = 0.0;  // Σ over counted rows of lse - logit[target]
+  double z_sum = 0.0;   // Σ over counted rows of lse²
+  int64_t counted = 0;  // rows whose target != ignore_id
+};
+
+struct ReadoutBuffers {
+  Tensor logits;    // (chunk_rows, V) f32 scratch; its first dim sets the chunk size
+  Tensor row_loss;  // (N) f32 scratch: per-row CE of the whole batch
+  Tensor row_lse;   // (N) f32 scratch: per-row log-sum-exp
+};
+
+// h (N, D), embed (V, D), targets (N) i32 (on the backend's device; the targets are also read
+// on the host through `host_targets` (N) to count rows without a device round trip).
+// When dh is non-empty: dh (N, D) is overwritten and dembed (V, D) accumulated with the
+// gradient of ce_scale·ce_sum + z_scale·z_sum. Returns the sums (synchronizes).
+ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Tensor targets,
+                                    const int32_t* host_targets, int32_t ignore_id,
+                                    const ReadoutBuffers& buffers, float ce_scale, float z_scale,
+                                    Tensor dh, Tensor dembed);
+
+}  // namespace fullband::ops
