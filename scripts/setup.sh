@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   librocksdb-dev libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas0-pthread libdnnl-dev
-  libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev
+  libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format
 )
 
