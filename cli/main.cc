@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"backends", "list the compute backends available here (CPU features, CUDA devices)",
      RunBackends},
     {"config", "check a configuration file: `fullband config check FILE [--json]`", RunConfig},
+    {"model", "initialize weights, or run one K-pass step and write its gradients (init|grad)",
+     RunModel},
 };
 
 void PrintHelp() {

@@ -9,7 +9,7 @@ packages=(
   librocksdb-dev libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas0-pthread libdnnl-dev
   libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev nlohmann-json3-dev
-  clang-format
+  clang-format python3 python3-numpy python3-yaml python3-torch
 )
 
 missing=()

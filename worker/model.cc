@@ -1,0 +1,711 @@
+// The K-pass step. Reading order: activation layout (Carver, LayerActs, PassActs), the layer
+// forward/backward pair, the input stage (pass 1 / feedback fusion) pair, then Step().
+#include "worker/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "checkpoint/safetensors.h"
+#include "ops/readout_loss.h"
+
+namespace fullband::worker {
+
+using ops::Backend;
+using ops::DType;
+using ops::Shape;
+using ops::Tensor;
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+StatusOr<Recompute> ParseRecompute(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  return InvalidArgumentError("recompute: expected one of none, selective, full, got '" + s + "'");
+}
+
+void PlainMask(const int32_t* inputs, int64_t t, int64_t eod_id, bool mixin, Rng& rng,
+               uint8_t* plain) {
+  int64_t a = 0;
+  while (a < t) {
+    int64_t b = a + 1;  // segment [a, b): ends after the next EOD input token
+    while (b < t && inputs[b - 1] != eod_id) ++b;
+    const int64_t len = b - a;
+    const int64_t p = mixin ? 1 + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(len))) : 1;
+    for (int64_t i = a; i < b; ++i) plain[i] = (i - a) < p ? 1 : 0;
+    a = b;
+  }
+}
+
+namespace {
+
+// Carves tensors from an arena, or (without one) only measures how much they need.
+class Carver {
+ public:
+  explicit Carver(ops::Arena* arena, ops::Device device) : arena_(arena), device_(device) {}
+  Tensor Take(DType dtype, Shape shape) {
+    if (arena_ != nullptr) return arena_->Take(dtype, shape);
+    bytes_ = (bytes_ + 63) / 64 * 64 + shape.numel() * ops::DTypeSize(dtype);
+    return Tensor(nullptr, dtype, shape, device_);
+  }
+  Tensor F32(Shape shape) { return Take(DType::kF32, shape); }
+  size_t bytes() const { return bytes_ + 64; }
+
+ private:
+  ops::Arena* arena_;
+  ops::Device device_;
+  size_t bytes_ = 0;
+};
+
+// The parameters of one layer (views into the parameter or the gradient arena).
+struct LayerParams {
+  Tensor attn_norm, wq, wk, wv, q_norm, k_norm, wgate, wo, ffn_norm, w1, w3, w2;
+};
+
+// What one layer's forward keeps for its backward. N = B·T rows.
+struct LayerActs {
+  Tensor a, rstd_a;              // (N, D), (N): attention-norm output
+  Tensor q_raw, rstd_q, q;       // (N, H, Dh) projection, (N·H), normed + rotated
+  Tensor k_raw, rstd_k, k, v;    // (N, Hkv, Dh) ...
+  Tensor o, lse;                 // (N, H, Dh) attention output, (B, H, T)
+  Tensor gate, og;               // (N, H) gate logits, (N, H, Dh) gated output
+  Tensor x_mid;                  // (N, D) residual after attention
+  Tensor m, rstd_m;              // (N, D), (N): ffn-norm output
+  Tensor g1, g3, s;              // (N, F): gate, up, swiglu
+};
+
+// `ffn`: whether to carve g1, g3 and s (selective recomputation shares them instead).
+LayerActs CarveLayerActs(Carver& c, const ModelConfig& m, int64_t b, int64_t t, bool ffn) {
+  const int64_t n = b * t, h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim;
+  LayerActs x;
+  x.a = c.F32({n, m.d_model});
+  x.rstd_a = c.F32({n});
+  x.q_raw = c.F32({n, h, dh});
+  x.rstd_q = c.F32({n * h});
+  x.q = c.F32({n, h, dh});
+  x.k_raw = c.F32({n, kv, dh});
+  x.rstd_k = c.F32({n * kv});
+  x.k = c.F32({n, kv, dh});
+  x.v = c.F32({n, kv, dh});
+  x.o = c.F32({n, h, dh});
+  x.lse = c.F32({b, h, t});
+  x.gate = c.F32({n, h});
+  x.og = c.F32({n, h, dh});
+  x.x_mid = c.F32({n, m.d_model});
+  x.m = c.F32({n, m.d_model});
+  x.rstd_m = c.F32({n});
+  if (ffn) {
+    x.g1 = c.F32({n, m.ffn_dim});
+    x.g3 = c.F32({n, m.ffn_dim});
+    x.s = c.F32({n, m.ffn_dim});
+  }
+  return x;
+}
+
+// Per pass: the residual stream at every layer boundary and the input stage.
+struct PassActs {
+  std::vector<Tensor> x;          // L + 1 tensors (N, D): x[l] enters layer l, x[L] is the top
+  std::vector<LayerActs> layers;  // L; with recompute, some fields share one scratch
+  Tensor u, rstd_in;              // (N, D) input before norm_in, (N)
+  Tensor hhat, shifted, value;    // (N, D): ĥ (+ jitter), shift(ĥ), shift(ĥ) W_uᵀ
+  Tensor plain;                   // (N) u8
+  Tensor h, rstd_f;               // (N, D) top state after the final norm, (N)
+  Tensor dh;                      // (N, D) gradient at h: readout + post-norm feedback
+  Tensor dxl;                     // (N, D) gradient at x_L from pre-norm feedback
+};
+
+// Scratch shared by every layer and pass.
+struct Scratch {
+  Tensor branch, x_re;            // (N, D) forward branch output; recomputed layer output
+  Tensor dx, dbranch, dxn, da, du, de, dg_fb, dng;  // (N, D)
+  Tensor ds, dg1, dg3;            // (N, F)
+  Tensor dog, dout_att, dq;       // (N, H, Dh)
+  Tensor dgate;                   // (N, H)
+  Tensor dk, dv;                  // (N, Hkv, Dh)
+  Tensor tokens, targets;         // (N) i32
+  Tensor e, ng, rstd_g, gate_fb;  // (N, D) embeddings, RMSNorm(e; norm_g), (N), its W_g product
+  Tensor logits, row_loss, row_lse;  // readout chunk (rows, V), (N), (N)
+};
+
+constexpr float kEps = 1e-6f;
+constexpr int64_t kReadoutChunkRows = 64;
+
+// out (N, O) = in (N, I) wᵀ with w (O, I).
+void Linear(Backend& be, Tensor out, Tensor in, Tensor w) {
+  const int64_t o = w.dim(0), i = w.dim(1), n = in.numel() / i;
+  FB_CHECK_EQ(out.numel(), n * o);
+  be.Gemm(false, true, n, o, i, 1.0f, in.f32(), i, w.f32(), i, 0.0f, out.f32(), o);
+}
+// din (N, I) = beta·din + dout (N, O) w.
+void LinearBackwardInput(Backend& be, Tensor din, Tensor dout, Tensor w, float beta) {
+  const int64_t o = w.dim(0), i = w.dim(1), n = dout.numel() / o;
+  FB_CHECK_EQ(din.numel(), n * i);
+  be.Gemm(false, false, n, i, o, 1.0f, dout.f32(), o, w.f32(), i, beta, din.f32(), i);
+}
+// dw (O, I) += doutᵀ in.
+void LinearBackwardWeight(Backend& be, Tensor dw, Tensor dout, Tensor in) {
+  const int64_t o = dw.dim(0), i = dw.dim(1), n = dout.numel() / o;
+  FB_CHECK_EQ(in.numel(), n * i);
+  be.Gemm(true, false, o, i, n, 1.0f, dout.f32(), o, in.f32(), i, 1.0f, dw.f32(), i);
+}
+void CopyTensor(Backend& be, Tensor dst, Tensor src) {
+  FB_CHECK_EQ(dst.numel(), src.numel());
+  be.Copy(dst.data, src.data, src.bytes());
+}
+
+struct Dims {
+  int64_t b, t, n, d, h, kv, dh, f, l;
+  float r;  // residual branch scale
+};
+
+Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t) {
+  return Dims{b, t, b * t, m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn_dim, m.n_layers,
+              m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f};
+}
+
+// Note [Recomputation]: with `selective`, g1, g3 and s of every layer share one scratch and
+// are recomputed from the saved ffn-norm output m in backward (two GEMMs and a SwiGLU); with
+// `full`, every LayerActs field is a shared scratch refilled by re-running the layer forward
+// from its saved input x[l].
+void RecomputeFfn(Backend& be, const LayerParams& p, const LayerActs& a) {
+  Linear(be, a.g1, a.m, p.w1);
+  Linear(be, a.g3, a.m, p.w3);
+  be.SwiGluForward(a.s, a.g1, a.g3);
+}
+
+void LayerForward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
+                  const LayerActs& a, Tensor x_in, Tensor x_out, Tensor branch, int64_t layer) {
+  be.RmsNormForward(a.a, a.rstd_a, x_in, p.attn_norm, kEps);
+  Linear(be, a.q_raw, a.a, p.wq);
+  Linear(be, a.k_raw, a.a, p.wk);
+  Linear(be, a.v, a.a, p.wv);
+  if (cfg.qk_norm) {
+    be.RmsNormForward(a.q.Reshape({d.n * d.h, d.dh}), a.rstd_q, a.q_raw.Reshape({d.n * d.h, d.dh}),
+                      p.q_norm, kEps);
+    be.RmsNormForward(a.k.Reshape({d.n * d.kv, d.dh}), a.rstd_k,
+                      a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm, kEps);
+  } else {
+    CopyTensor(be, a.q, a.q_raw);
+    CopyTensor(be, a.k, a.k_raw);
+  }
+  const float theta = static_cast<float>(cfg.rope_theta);
+  const Tensor q4 = a.q.Reshape({d.b, d.t, d.h, d.dh}), k4 = a.k.Reshape({d.b, d.t, d.kv, d.dh});
+  be.RopeForward(q4, q4, theta);
+  be.RopeForward(k4, k4, theta);
+  ops::AttentionOptions ao;
+  ao.window = cfg.IsFullAttentionLayer(layer) ? 0 : cfg.window;
+  be.AttentionForward(a.o.Reshape({d.b, d.t, d.h, d.dh}), a.lse, q4, k4,
+                      a.v.Reshape({d.b, d.t, d.kv, d.dh}), ao);
+  Tensor att = a.o;
+  if (cfg.attn_gate) {
+    Linear(be, a.gate, a.a, p.wgate);
+    be.HeadGateForward(a.og, a.o, a.gate);
+    att = a.og;
+  }
+  Linear(be, branch, att, p.wo);
+  CopyTensor(be, a.x_mid, x_in);
+  be.ResidualForward(a.x_mid, branch, d.r);
+  be.RmsNormForward(a.m, a.rstd_m, a.x_mid, p.ffn_norm, kEps);
+  RecomputeFfn(be, p, a);
+  Linear(be, branch, a.s, p.w2);
+  CopyTensor(be, x_out, a.x_mid);
+  be.ResidualForward(x_out, branch, d.r);
+}
+
+// dx: gradient at the layer's output on entry, at its input on return.
+void LayerBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
+                   const LayerParams& g, const LayerActs& a, Tensor x_in, const Scratch& s,
+                   int64_t layer) {
+  // FFN branch.
+  be.ResidualBackward(s.dbranch, s.dx, d.r);
+  LinearBackwardInput(be, s.ds, s.dbranch, p.w2, 0.0f);
+  LinearBackwardWeight(be, g.w2, s.dbranch, a.s);
+  be.SwiGluBackward(s.dg1, s.dg3, s.ds, a.g1, a.g3);
+  LinearBackwardInput(be, s.da, s.dg1, p.w1, 0.0f);
+  LinearBackwardInput(be, s.da, s.dg3, p.w3, 1.0f);
+  LinearBackwardWeight(be, g.w1, s.dg1, a.m);
+  LinearBackwardWeight(be, g.w3, s.dg3, a.m);
+  be.RmsNormBackward(s.dxn, g.ffn_norm, s.da, a.x_mid, p.ffn_norm, a.rstd_m);
+  be.ResidualForward(s.dx, s.dxn, 1.0f);  // now the gradient at x_mid
+  // Attention branch.
+  be.ResidualBackward(s.dbranch, s.dx, d.r);
+  const Tensor att = cfg.attn_gate ? a.og : a.o;
+  LinearBackwardInput(be, s.dog, s.dbranch, p.wo, 0.0f);
+  LinearBackwardWeight(be, g.wo, s.dbranch, att);
+  Tensor datt = s.dog;
+  float da_beta = 0.0f;
+  if (cfg.attn_gate) {
+    be.HeadGateBackward(s.dout_att, s.dgate, s.dog, a.o, a.gate);
+    LinearBackwardWeight(be, g.wgate, s.dgate, a.a);
+    LinearBackwardInput(be, s.da, s.dgate, p.wgate, 0.0f);
+    datt = s.dout_att;
+    da_beta = 1.0f;
+  }
+  ops::AttentionOptions ao;
+  ao.window = cfg.IsFullAttentionLayer(layer) ? 0 : cfg.window;
+  const Tensor dq4 = s.dq.Reshape({d.b, d.t, d.h, d.dh});
+  const Tensor dk4 = s.dk.Reshape({d.b, d.t, d.kv, d.dh});
+  be.AttentionBackward(dq4, dk4, s.dv.Reshape({d.b, d.t, d.kv, d.dh}),
+                       datt.Reshape({d.b, d.t, d.h, d.dh}), a.q.Reshape({d.b, d.t, d.h, d.dh}),
+                       a.k.Reshape({d.b, d.t, d.kv, d.dh}), a.v.Reshape({d.b, d.t, d.kv, d.dh}),
+                       a.o.Reshape({d.b, d.t, d.h, d.dh}), a.lse, ao);
+  const float theta = static_cast<float>(cfg.rope_theta);
+  be.RopeBackward(dq4, dq4, theta);
+  be.RopeBackward(dk4, dk4, theta);
+  if (cfg.qk_norm) {  // in place: gradients at q_raw and k_raw
+    const Tensor dqr = s.dq.Reshape({d.n * d.h, d.dh}), dkr = s.dk.Reshape({d.n * d.kv, d.dh});
+    be.RmsNormBackward(dqr, g.q_norm, dqr, a.q_raw.Reshape({d.n * d.h, d.dh}), p.q_norm,
+                       a.rstd_q);
+    be.RmsNormBackward(dkr, g.k_norm, dkr, a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm,
+                       a.rstd_k);
+  }
+  LinearBackwardWeight(be, g.wq, s.dq, a.a);
+  LinearBackwardWeight(be, g.wk, s.dk, a.a);
+  LinearBackwardWeight(be, g.wv, s.dv, a.a);
+  LinearBackwardInput(be, s.da, s.dq, p.wq, da_beta);
+  LinearBackwardInput(be, s.da, s.dk, p.wk, 1.0f);
+  LinearBackwardInput(be, s.da, s.dv, p.wv, 1.0f);
+  be.RmsNormBackward(s.dxn, g.attn_norm, s.da, x_in, p.attn_norm, a.rstd_a);
+  be.ResidualForward(s.dx, s.dxn, 1.0f);  // the gradient at x_in
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct Model::Impl {
+  std::optional<ops::Arena> params, grads, acts;
+  // Views of the global parameters (p_) and their gradients (g_).
+  Tensor embed, final_norm, norm_g, w_g, w_u, norm_in;
+  Tensor d_embed, d_final_norm, d_norm_g, d_w_g, d_w_u, d_norm_in;
+  std::vector<LayerParams> layer_p, layer_g;
+  std::vector<PassActs> passes;
+  LayerActs shared;  // the recomputation scratch
+  Scratch s;
+  int64_t b = 0, t = 0;
+};
+
+namespace {
+
+LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float* base,
+                      ops::Device device, int64_t l) {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const auto view = [&](const std::string& name) {
+    const ParamSpec* spec = table.Find(p + name);
+    FB_CHECK(spec != nullptr) << p + name;
+    Shape shape;
+    for (int64_t dim : spec->shape) shape.dims[shape.rank++] = dim;
+    return Tensor(base + spec->offset, DType::kF32, shape, device);
+  };
+  LayerParams lp;
+  lp.attn_norm = view("attn_norm.weight");
+  lp.wq = view("attn.wq.weight");
+  lp.wk = view("attn.wk.weight");
+  lp.wv = view("attn.wv.weight");
+  if (cfg.qk_norm) {
+    lp.q_norm = view("attn.q_norm.weight");
+    lp.k_norm = view("attn.k_norm.weight");
+  }
+  if (cfg.attn_gate) lp.wgate = view("attn.wgate.weight");
+  lp.wo = view("attn.wo.weight");
+  lp.ffn_norm = view("ffn_norm.weight");
+  lp.w1 = view("ffn.w1.weight");
+  lp.w3 = view("ffn.w3.weight");
+  lp.w2 = view("ffn.w2.weight");
+  return lp;
+}
+
+// Lays out every activation and scratch tensor of a step; with a measuring Carver this only
+// computes the arena size.
+void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, Scratch& s,
+                      LayerActs& shared, std::vector<PassActs>& passes) {
+  const int64_t b = shape.max_batch, t = shape.max_seq, n = b * t, d = m.d_model;
+  const int64_t h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim, f = m.ffn_dim;
+  s.branch = c.F32({n, d});
+  s.x_re = c.F32({n, d});
+  for (Tensor* x : {&s.dx, &s.dbranch, &s.dxn, &s.da, &s.du, &s.de, &s.dg_fb, &s.dng}) {
+    *x = c.F32({n, d});
+  }
+  s.ds = c.F32({n, f});
+  s.dg1 = c.F32({n, f});
+  s.dg3 = c.F32({n, f});
+  s.dog = c.F32({n, h, dh});
+  s.dout_att = c.F32({n, h, dh});
+  s.dq = c.F32({n, h, dh});
+  s.dgate = c.F32({n, h});
+  s.dk = c.F32({n, kv, dh});
+  s.dv = c.F32({n, kv, dh});
+  s.tokens = c.Take(DType::kI32, {n});
+  s.targets = c.Take(DType::kI32, {n});
+  s.e = c.F32({n, d});
+  s.ng = c.F32({n, d});
+  s.rstd_g = c.F32({n});
+  s.gate_fb = c.F32({n, d});
+  s.logits = c.F32({std::min<int64_t>(kReadoutChunkRows, n), m.vocab_size});
+  s.row_loss = c.F32({n});
+  s.row_lse = c.F32({n});
+
+  shared = CarveLayerActs(c, m, b, t, /*ffn=*/true);
+  passes.assign(shape.max_passes, PassActs{});
+  for (PassActs& p : passes) {
+    for (int64_t l = 0; l <= m.n_layers; ++l) p.x.push_back(c.F32({n, d}));
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      if (shape.recompute == Recompute::kFull) {
+        p.layers.push_back(shared);
+        continue;
+      }
+      const bool selective = shape.recompute == Recompute::kSelective;
+      LayerActs a = CarveLayerActs(c, m, b, t, /*ffn=*/!selective);
+      if (selective) {
+        a.g1 = shared.g1;
+        a.g3 = shared.g3;
+        a.s = shared.s;
+      }
+      p.layers.push_back(a);
+    }
+    p.u = c.F32({n, d});
+    p.rstd_in = c.F32({n});
+    p.hhat = c.F32({n, d});
+    p.shifted = c.F32({n, d});
+    p.value = c.F32({n, d});
+    p.plain = c.Take(DType::kU8, {n});
+    p.h = c.F32({n, d});
+    p.rstd_f = c.F32({n});
+    p.dh = c.F32({n, d});
+    p.dxl = c.F32({n, d});
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Model::Model(const ModelConfig& config, const ModelShape& shape, Backend* backend)
+    : config_(config), shape_(shape), backend_(backend), table_(ParameterTable::Build(config)),
+      impl_(std::make_unique<Impl>()) {}
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const ModelShape& shape,
+                                               Backend* backend) {
+  FB_RETURN_IF_ERROR(config.Validate());
+  if (shape.max_batch < 1 || shape.max_seq < 1 || shape.max_passes < 1) {
+    return InvalidArgumentError("model shape: batch " + std::to_string(shape.max_batch) +
+                                ", seq " + std::to_string(shape.max_seq) + ", passes " +
+                                std::to_string(shape.max_passes) + " must all be >= 1");
+  }
+  if (shape.max_seq > config.max_seq_len) {
+    return InvalidArgumentError("sequence length " + std::to_string(shape.max_seq) +
+                                " exceeds model.max_seq_len " +
+                                std::to_string(config.max_seq_len));
+  }
+  std::unique_ptr<Model> model(new Model(config, shape, backend));
+  Impl& im = *model->impl_;
+  const size_t param_bytes = static_cast<size_t>(model->table_.total_numel()) * sizeof(float);
+  FB_ASSIGN_OR_RETURN(ops::Arena params, ops::Arena::Create(backend, param_bytes));
+  FB_ASSIGN_OR_RETURN(ops::Arena grads, ops::Arena::Create(backend, param_bytes));
+  Carver measure(nullptr, backend->device());
+  CarveActivations(measure, config, shape, im.s, im.shared, im.passes);
+  FB_ASSIGN_OR_RETURN(ops::Arena acts, ops::Arena::Create(backend, measure.bytes()));
+  im.params.emplace(std::move(params));
+  im.grads.emplace(std::move(grads));
+  im.acts.emplace(std::move(acts));
+  Carver carve(&*im.acts, backend->device());
+  CarveActivations(carve, config, shape, im.s, im.shared, im.passes);
+
+  const int64_t total = model->table_.total_numel();
+  model->params_all_ = im.params->TakeF32({total});
+  model->grads_all_ = im.grads->TakeF32({total});
+  const auto global = [&](const char* name, bool grad) {
+    return grad ? model->Grad(*model->table_.Find(name)) : model->Param(*model->table_.Find(name));
+  };
+  im.embed = global("embed.weight", false);
+  im.final_norm = global("final_norm.weight", false);
+  im.norm_g = global("feedback.norm_g.weight", false);
+  im.w_g = global("feedback.w_g.weight", false);
+  im.w_u = global("feedback.w_u.weight", false);
+  im.norm_in = global("feedback.norm_in.weight", false);
+  im.d_embed = global("embed.weight", true);
+  im.d_final_norm = global("final_norm.weight", true);
+  im.d_norm_g = global("feedback.norm_g.weight", true);
+  im.d_w_g = global("feedback.w_g.weight", true);
+  im.d_w_u = global("feedback.w_u.weight", true);
+  im.d_norm_in = global("feedback.norm_in.weight", true);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    im.layer_p.push_back(
+        ViewLayer(model->table_, config, model->params_all_.f32(), backend->device(), l));
+    im.layer_g.push_back(
+        ViewLayer(model->table_, config, model->grads_all_.f32(), backend->device(), l));
+  }
+  backend->Zero(model->params_all_);
+  backend->Zero(model->grads_all_);
+  return model;
+}
+
+size_t Model::activation_bytes() const { return impl_->acts->capacity(); }
+
+Tensor Model::Param(const ParamSpec& spec) const {
+  Shape shape;
+  for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;
+  return Tensor(params_all_.f32() + spec.offset, DType::kF32, shape, backend_->device());
+}
+
+Tensor Model::Grad(const ParamSpec& spec) const {
+  Shape shape;
+  for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;
+  return Tensor(grads_all_.f32() + spec.offset, DType::kF32, shape, backend_->device());
+}
+
+void Model::ZeroGradients() { backend_->Zero(grads_all_); }
+
+void Model::InitParameters(uint64_t seed) {
+  std::vector<float> host;
+  for (const ParamSpec& spec : table_.specs()) {
+    host.resize(spec.numel);
+    if (spec.kind == ParamKind::kNormGain) {
+      std::fill(host.begin(), host.end(), 1.0f);
+    } else {
+      Rng rng = Rng::ForStream(seed, spec.name);
+      for (float& x : host) x = static_cast<float>(rng.Normal() * spec.init_std);
+    }
+    backend_->CopyFromHost(Param(spec).data, host.data(), spec.numel * sizeof(float));
+  }
+}
+
+Status Model::LoadParameters(const std::string& path) {
+  FB_ASSIGN_OR_RETURN(checkpoint::SafetensorsFile file, checkpoint::SafetensorsFile::Read(path));
+  for (const auto& [name, entry] : file.entries()) {
+    if (table_.Find(name) == nullptr) {
+      return InvalidArgumentError(path + ": tensor " + name +
+                                  " is not a parameter of this model config");
+    }
+  }
+  for (const ParamSpec& spec : table_.specs()) {
+    FB_ASSIGN_OR_RETURN(const checkpoint::SafetensorsFile::Entry* e,
+                        file.Find(spec.name, checkpoint::StDType::kF32, spec.shape));
+    backend_->CopyFromHost(Param(spec).data, file.data(*e), e->bytes);
+  }
+  return OkStatus();
+}
+
+namespace {
+
+// Host copies of every tensor of an arena carved by `table`, named prefix + key.
+std::vector<std::vector<float>> DownloadAll(Backend& be, const ParameterTable& table,
+                                            const float* base) {
+  std::vector<std::vector<float>> out;
+  for (const ParamSpec& spec : table.specs()) {
+    out.emplace_back(spec.numel);
+    be.CopyToHost(out.back().data(), base + spec.offset, spec.numel * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Model::SaveParameters(const std::string& path) const {
+  const std::vector<std::vector<float>> host = DownloadAll(*backend_, table_, params_all_.f32());
+  std::vector<checkpoint::StTensorRef> refs;
+  for (size_t i = 0; i < table_.specs().size(); ++i) {
+    const ParamSpec& spec = table_.specs()[i];
+    refs.push_back({spec.name, checkpoint::StDType::kF32, spec.shape, host[i].data()});
+  }
+  return checkpoint::WriteSafetensors(path, refs, {{"format", "pt"}, {"producer", "fullband"}});
+}
+
+Status Model::SaveGradients(
+    const std::string& path, const std::vector<std::pair<std::string, float>>& scalars,
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks, int64_t batch,
+    int64_t seq) const {
+  const std::vector<std::vector<float>> host = DownloadAll(*backend_, table_, grads_all_.f32());
+  std::vector<checkpoint::StTensorRef> refs;
+  for (const auto& [name, value] : scalars) {
+    refs.push_back({name, checkpoint::StDType::kF32, {}, &value});
+  }
+  for (const auto& [name, mask] : masks) {
+    FB_CHECK_EQ(static_cast<int64_t>(mask.size()), batch * seq);
+    refs.push_back({name, checkpoint::StDType::kU8, {batch, seq}, mask.data()});
+  }
+  for (size_t i = 0; i < table_.specs().size(); ++i) {
+    const ParamSpec& spec = table_.specs()[i];
+    refs.push_back({"grad." + spec.name, checkpoint::StDType::kF32, spec.shape, host[i].data()});
+  }
+  return checkpoint::WriteSafetensors(path, refs, {{"format", "pt"}, {"producer", "fullband"}});
+}
+
+StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t seq,
+                                 const StepOptions& options) {
+  const ModelConfig& cfg = config_;
+  if (batch != shape_.max_batch || seq != shape_.max_seq) {
+    return InvalidArgumentError("batch (" + std::to_string(batch) + ", " + std::to_string(seq) +
+                                ") differs from the model's shape (" +
+                                std::to_string(shape_.max_batch) + ", " +
+                                std::to_string(shape_.max_seq) + ")");
+  }
+  const int k_passes = options.passes;
+  if (k_passes < 1 || k_passes > shape_.max_passes) {
+    return InvalidArgumentError("passes " + std::to_string(k_passes) + " outside [1, " +
+                                std::to_string(shape_.max_passes) + "]");
+  }
+  if (options.jitter < 0) return InvalidArgumentError("jitter must be >= 0");
+  Backend& be = *backend_;
+  Impl& im = *impl_;
+  Scratch& s = im.s;
+  const Dims d = MakeDims(cfg, batch, seq);
+  const int64_t n = d.n;
+
+  // Inputs and targets on the host, checked, then uploaded.
+  std::vector<int32_t> inputs(n), targets(n);
+  int64_t counted = 0;
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t ti = 0; ti < seq; ++ti) {
+      const int32_t in = tokens[bi * (seq + 1) + ti], tg = tokens[bi * (seq + 1) + ti + 1];
+      if (in < 0 || in >= cfg.vocab_size) {
+        return InvalidArgumentError("token " + std::to_string(in) + " at batch row " +
+                                    std::to_string(bi) + ", position " + std::to_string(ti) +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(cfg.vocab_size) + ")");
+      }
+      if (tg != cfg.ignore_id && (tg < 0 || tg >= cfg.vocab_size)) {
+        return InvalidArgumentError("target " + std::to_string(tg) + " at batch row " +
+                                    std::to_string(bi) + ", position " + std::to_string(ti + 1) +
+                                    " is neither a token id nor ignore_id");
+      }
+      inputs[bi * seq + ti] = in;
+      targets[bi * seq + ti] = tg;
+      counted += tg != cfg.ignore_id;
+    }
+  }
+  be.CopyFromHost(s.tokens.data, inputs.data(), n * sizeof(int32_t));
+  be.CopyFromHost(s.targets.data, targets.data(), n * sizeof(int32_t));
+
+  StepResult result;
+  result.counted = counted;
+  Rng rng(options.seed);
+  const auto pass_weight = [&](int k) {  // k is 1-based
+    if (k == 1 || cfg.feedback_loss == FeedbackLoss::kSum) return 1.0;
+    return 1.0 / (k_passes - 1);
+  };
+
+  // ---- Forward, pass by pass.
+  be.EmbeddingForward(s.e, im.embed, s.tokens);
+  if (k_passes >= 2) {
+    be.RmsNormForward(s.ng, s.rstd_g, s.e, im.norm_g, kEps);
+    Linear(be, s.gate_fb, s.ng, im.w_g);
+  }
+  std::vector<float> noise;
+  for (int k = 1; k <= k_passes; ++k) {
+    PassActs& p = im.passes[k - 1];
+    if (k == 1) {
+      if (cfg.pass1_input_norm) {
+        be.RmsNormForward(p.x[0], p.rstd_in, s.e, im.norm_in, kEps);
+      } else {
+        CopyTensor(be, p.x[0], s.e);
+      }
+    } else {
+      const PassActs& prev = im.passes[k - 2];
+      CopyTensor(be, p.hhat, cfg.feedback_state == FeedbackState::kPostNorm ? prev.h
+                                                                            : prev.x[d.l]);
+      if (options.jitter > 0) {
+        noise.resize(n * d.d);
+        for (float& x : noise) x = static_cast<float>((2.0 * rng.Uniform() - 1.0) * options.jitter);
+        be.CopyFromHost(s.branch.data, noise.data(), noise.size() * sizeof(float));
+        be.ResidualForward(p.hhat, s.branch, 1.0f);
+      }
+      be.ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), p.hhat.Reshape({d.b, d.t, d.d}));
+      Linear(be, p.value, p.shifted, im.w_u);
+      std::vector<uint8_t> plain(n);
+      for (int64_t bi = 0; bi < batch; ++bi) {
+        PlainMask(inputs.data() + bi * seq, seq, cfg.eod_id, options.prefix_mixin, rng,
+                  plain.data() + bi * seq);
+      }
+      be.CopyFromHost(p.plain.data, plain.data(), n);
+      result.plain.push_back(std::move(plain));
+      be.FeedbackMixForward(p.u, p.value, s.gate_fb, s.e, p.plain);
+      be.RmsNormForward(p.x[0], p.rstd_in, p.u, im.norm_in, kEps);
+    }
+    for (int64_t l = 0; l < d.l; ++l) {
+      LayerForward(be, cfg, d, im.layer_p[l], p.layers[l], p.x[l], p.x[l + 1], s.branch, l);
+    }
+    be.RmsNormForward(p.h, p.rstd_f, p.x[d.l], im.final_norm, kEps);
+    // The readout's backward is fused into its forward (ops/readout_loss.h): dh gets the
+    // gradient of w_k·ℓ_k at h, dE its share.
+    const double w = pass_weight(k);
+    const float ce_scale = counted ? static_cast<float>(w / counted) : 0.0f;
+    const float z_scale = counted ? static_cast<float>(w * cfg.z_loss / counted) : 0.0f;
+    const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
+        be, p.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
+        {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale,
+        options.backward ? p.dh : Tensor(), options.backward ? im.d_embed : Tensor());
+    const double ce = counted ? sums.ce_sum / counted : 0.0;
+    const double z = counted ? sums.z_sum / counted : 0.0;
+    result.pass_ce.push_back(ce);
+    result.pass_loss.push_back(ce + cfg.z_loss * z);
+    result.total += w * result.pass_loss.back();
+  }
+  if (!options.backward) return result;
+
+  // ---- Backward, pass K down to pass 1; each pass hands the gradient at its input state
+  // to the pass before it (post-norm: at h, pre-norm: at x_L).
+  be.Zero(s.de);
+  be.Zero(s.dg_fb);
+  for (int k = k_passes; k >= 1; --k) {
+    PassActs& p = im.passes[k - 1];
+    be.RmsNormBackward(s.dx, im.d_final_norm, p.dh, p.x[d.l], im.final_norm, p.rstd_f);
+    if (cfg.feedback_state == FeedbackState::kPreNorm && k < k_passes) {
+      be.ResidualForward(s.dx, p.dxl, 1.0f);
+    }
+    for (int64_t l = d.l - 1; l >= 0; --l) {
+      const LayerActs& a = p.layers[l];
+      if (shape_.recompute == Recompute::kFull) {
+        LayerForward(be, cfg, d, im.layer_p[l], a, p.x[l], s.x_re, s.branch, l);
+      } else if (shape_.recompute == Recompute::kSelective) {
+        RecomputeFfn(be, im.layer_p[l], a);
+      }
+      LayerBackward(be, cfg, d, im.layer_p[l], im.layer_g[l], a, p.x[l], s, l);
+    }
+    // s.dx is now the gradient at x[0], the normed input of this pass.
+    if (k == 1) {
+      if (cfg.pass1_input_norm) {
+        be.RmsNormBackward(s.du, im.d_norm_in, s.dx, s.e, im.norm_in, p.rstd_in);
+        be.ResidualForward(s.de, s.du, 1.0f);
+      } else {
+        be.ResidualForward(s.de, s.dx, 1.0f);
+      }
+      continue;
+    }
+    be.RmsNormBackward(s.du, im.d_norm_in, s.dx, p.u, im.norm_in, p.rstd_in);
+    // dvalue -> dbranch, d(gate) of this pass -> dxn, de of the plain positions -> da.
+    be.FeedbackMixBackward(s.dbranch, s.dxn, s.da, s.du, p.value, s.gate_fb, p.plain);
+    be.ResidualForward(s.de, s.da, 1.0f);
+    be.ResidualForward(s.dg_fb, s.dxn, 1.0f);
+    LinearBackwardWeight(be, im.d_w_u, s.dbranch, p.shifted);
+    LinearBackwardInput(be, s.du, s.dbranch, im.w_u, 0.0f);  // gradient at shift(ĥ)
+    be.ShiftRightBackward(s.dx.Reshape({d.b, d.t, d.d}), s.du.Reshape({d.b, d.t, d.d}));
+    PassActs& prev = im.passes[k - 2];
+    if (cfg.feedback_state == FeedbackState::kPostNorm) {
+      be.ResidualForward(prev.dh, s.dx, 1.0f);
+    } else {
+      CopyTensor(be, prev.dxl, s.dx);
+    }
+  }
+  if (k_passes >= 2) {  // the feedback gate, shared by every feedback pass
+    LinearBackwardWeight(be, im.d_w_g, s.dg_fb, s.ng);
+    LinearBackwardInput(be, s.dng, s.dg_fb, im.w_g, 0.0f);
+    be.RmsNormBackward(s.du, im.d_norm_g, s.dng, s.e, im.norm_g, s.rstd_g);
+    be.ResidualForward(s.de, s.du, 1.0f);
+  }
+  be.EmbeddingBackward(im.d_embed, s.de, s.tokens);
+  be.Synchronize();
+  return result;
+}
+
+}  // namespace fullband::worker

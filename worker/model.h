@@ -1,0 +1,111 @@
+// Model: the latent-feedback transformer of docs/MODEL.md on one ops::Backend, with its
+// K-pass training step (forward through K passes, loss on every pass, backward through all of
+// them with nothing detached).
+//
+// Memory (llm.c): parameters, gradients and activations each live in one arena; the parameter
+// and gradient arenas are carved by the ParameterTable, the activation arena by the step's
+// layout for (max_batch, max_seq, max_passes, recompute), all allocated once in Create().
+// Recomputation (Note [Recomputation]): `none` keeps every layer's activations of every pass;
+// `full` keeps only each layer's input per pass and recomputes the layer in backward.
+// Not thread-safe; one Model per backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/random.h"
+#include "common/status.h"
+#include "ops/arena.h"
+#include "ops/backend.h"
+#include "worker/param_table.h"
+
+namespace fullband::worker {
+
+enum class Recompute { kNone, kSelective, kFull };
+const char* RecomputeName(Recompute r);
+StatusOr<Recompute> ParseRecompute(const std::string& s);
+
+struct ModelShape {
+  int64_t max_batch = 1;  // B
+  int64_t max_seq = 1;    // T (inputs; a batch row holds T + 1 tokens)
+  int max_passes = 1;     // K
+  Recompute recompute = Recompute::kNone;
+};
+
+struct StepOptions {
+  int passes = 1;            // K >= 1
+  double jitter = 0.0;       // ξ ~ U(-jitter, jitter) on h before feedback (0: none)
+  bool prefix_mixin = false; // per segment and pass, a random plain prefix
+  uint64_t seed = 0;         // draws of the jitter and the mixin
+  bool backward = true;      // false: losses only
+};
+
+struct StepResult {
+  std::vector<double> pass_loss;  // ℓ_k = CE_k + z_loss · mean(lse²), k = 1..K
+  std::vector<double> pass_ce;    // CE_k alone
+  double total = 0.0;             // ℓ_1 + mean(ℓ_2..K) or the sum (feedback_loss)
+  int64_t counted = 0;            // targets != ignore_id
+  // plain[k-2] is the (B, T) plain mask of pass k >= 2 (nonzero: plain position).
+  std::vector<std::vector<uint8_t>> plain;
+};
+
+class Model {
+ public:
+  // Validates the config and shape, builds the table and allocates every arena.
+  static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
+                                                 const ModelShape& shape, ops::Backend* backend);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterTable& table() const { return table_; }
+  ops::Backend& backend() { return *backend_; }
+
+  // N(0, std²) matrices (per DESIGN Appendix A), gains 1; each tensor seeded by (seed, name).
+  void InitParameters(uint64_t seed);
+  // Safetensors with exactly the table's keys and shapes (F32); errors name the key.
+  Status LoadParameters(const std::string& path);
+  Status SaveParameters(const std::string& path) const;
+  // Writes `grad.<key>` for every parameter plus the given extra float scalars.
+  Status SaveGradients(const std::string& path,
+                       const std::vector<std::pair<std::string, float>>& scalars,
+                       const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks,
+                       int64_t batch, int64_t seq) const;
+
+  // Views of a parameter / its gradient.
+  ops::Tensor Param(const ParamSpec& spec) const;
+  ops::Tensor Grad(const ParamSpec& spec) const;
+  ops::Tensor params() const { return params_all_; }
+  ops::Tensor grads() const { return grads_all_; }
+  void ZeroGradients();
+
+  // One K-pass step on tokens (B, T + 1) (host memory; inputs [:, :-1], targets [:, 1:]).
+  // With options.backward, gradients of the total loss are ADDED to the gradient arena (call
+  // ZeroGradients() first for a fresh step). INVALID_ARGUMENT for a batch outside the shape
+  // the model was created for, or token ids outside the vocabulary.
+  StatusOr<StepResult> Step(const int32_t* tokens, int64_t batch, int64_t seq,
+                            const StepOptions& options);
+
+  // Bytes of the activation arena (for memory reports).
+  size_t activation_bytes() const;
+
+ private:
+  struct Impl;
+  Model(const ModelConfig& config, const ModelShape& shape, ops::Backend* backend);
+
+  ModelConfig config_;
+  ModelShape shape_;
+  ops::Backend* backend_;
+  ParameterTable table_;
+  std::unique_ptr<Impl> impl_;
+  ops::Tensor params_all_, grads_all_;
+};
+
+// The plain mask of one pass for one row of T input tokens (DESIGN §1, Appendix A): segment
+// starts are plain; with `mixin`, the first p positions of each segment, p ~ U{1..len}.
+void PlainMask(const int32_t* inputs, int64_t t, int64_t eod_id, bool mixin, Rng& rng,
+               uint8_t* plain);
+
+}  // namespace fullband::worker

@@ -1,0 +1,66 @@
+#include "worker/param_table.h"
+
+#include <cmath>
+
+namespace fullband::worker {
+
+void ParameterTable::Add(std::string name, std::vector<int64_t> shape, ParamKind kind,
+                         double init_std) {
+  ParamSpec spec;
+  spec.name = std::move(name);
+  spec.numel = 1;
+  for (int64_t d : shape) spec.numel *= d;
+  spec.shape = std::move(shape);
+  spec.kind = kind;
+  spec.init_std = init_std;
+  constexpr int64_t kAlign = 16;  // floats: every tensor starts on a 64-byte boundary
+  spec.offset = (total_ + kAlign - 1) / kAlign * kAlign;
+  total_ = spec.offset + spec.numel;
+  specs_.push_back(std::move(spec));
+}
+
+ParameterTable ParameterTable::Build(const ModelConfig& m) {
+  ParameterTable t;
+  const int64_t d = m.d_model, hd = m.n_heads * m.head_dim, kvd = m.n_kv_heads * m.head_dim;
+  constexpr double kStd = 0.02;
+  t.Add("embed.weight", {m.vocab_size, d}, ParamKind::kEmbedding, kStd);
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    t.Add(p + "attn_norm.weight", {d}, ParamKind::kNormGain, 0);
+    t.Add(p + "attn.wq.weight", {hd, d}, ParamKind::kMatrix, kStd);
+    t.Add(p + "attn.wk.weight", {kvd, d}, ParamKind::kMatrix, kStd);
+    t.Add(p + "attn.wv.weight", {kvd, d}, ParamKind::kMatrix, kStd);
+    if (m.qk_norm) {
+      t.Add(p + "attn.q_norm.weight", {m.head_dim}, ParamKind::kNormGain, 0);
+      t.Add(p + "attn.k_norm.weight", {m.head_dim}, ParamKind::kNormGain, 0);
+    }
+    if (m.attn_gate) t.Add(p + "attn.wgate.weight", {m.n_heads, d}, ParamKind::kMatrix, kStd);
+    t.Add(p + "attn.wo.weight", {d, hd}, ParamKind::kMatrix, kStd);
+    t.Add(p + "ffn_norm.weight", {d}, ParamKind::kNormGain, 0);
+    t.Add(p + "ffn.w1.weight", {m.ffn_dim, d}, ParamKind::kMatrix, kStd);
+    t.Add(p + "ffn.w3.weight", {m.ffn_dim, d}, ParamKind::kMatrix, kStd);
+    t.Add(p + "ffn.w2.weight", {d, m.ffn_dim}, ParamKind::kMatrix, kStd);
+  }
+  t.Add("final_norm.weight", {d}, ParamKind::kNormGain, 0);
+  const double fusion_std = 1.0 / std::sqrt(static_cast<double>(d));  // N(0, 1/D)
+  t.Add("feedback.norm_g.weight", {d}, ParamKind::kNormGain, 0);
+  t.Add("feedback.w_g.weight", {d, d}, ParamKind::kMatrix, fusion_std);
+  t.Add("feedback.w_u.weight", {d, d}, ParamKind::kMatrix, fusion_std);
+  t.Add("feedback.norm_in.weight", {d}, ParamKind::kNormGain, 0);
+  return t;
+}
+
+const ParamSpec* ParameterTable::Find(const std::string& name) const {
+  for (const ParamSpec& s : specs_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+int64_t ParameterTable::CountParameters() const {
+  int64_t n = 0;
+  for (const ParamSpec& s : specs_) n += s.numel;
+  return n;
+}
+
+}  // namespace fullband::worker
