@@ -562,26 +562,31 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
   const Dims d = MakeDims(cfg, batch, seq);
   const int64_t n = d.n;
 
-  // Inputs and targets on the host, checked, then uploaded.
+  // Inputs and targets on the host, checked, then uploaded. Position t of a row is the input
+  // of step t (t < T) and the target of step t - 1 (t > 0).
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t ti = 0; ti <= seq; ++ti) {
+      const int32_t tok = tokens[bi * (seq + 1) + ti];
+      const std::string where = " at batch row " + std::to_string(bi) + ", position " +
+                                std::to_string(ti);
+      if (tok == cfg.ignore_id && ti < seq) {
+        return InvalidArgumentError("token " + std::to_string(tok) + where +
+                                    " is ignore_id, which an input (positions 0..T-1) may not be");
+      }
+      if (tok != cfg.ignore_id && (tok < 0 || tok >= cfg.vocab_size)) {
+        return InvalidArgumentError("token " + std::to_string(tok) + where +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(cfg.vocab_size) + ")");
+      }
+    }
+  }
   std::vector<int32_t> inputs(n), targets(n);
   int64_t counted = 0;
   for (int64_t bi = 0; bi < batch; ++bi) {
     for (int64_t ti = 0; ti < seq; ++ti) {
-      const int32_t in = tokens[bi * (seq + 1) + ti], tg = tokens[bi * (seq + 1) + ti + 1];
-      if (in < 0 || in >= cfg.vocab_size) {
-        return InvalidArgumentError("token " + std::to_string(in) + " at batch row " +
-                                    std::to_string(bi) + ", position " + std::to_string(ti) +
-                                    " is outside the vocabulary [0, " +
-                                    std::to_string(cfg.vocab_size) + ")");
-      }
-      if (tg != cfg.ignore_id && (tg < 0 || tg >= cfg.vocab_size)) {
-        return InvalidArgumentError("target " + std::to_string(tg) + " at batch row " +
-                                    std::to_string(bi) + ", position " + std::to_string(ti + 1) +
-                                    " is neither a token id nor ignore_id");
-      }
-      inputs[bi * seq + ti] = in;
-      targets[bi * seq + ti] = tg;
-      counted += tg != cfg.ignore_id;
+      inputs[bi * seq + ti] = tokens[bi * (seq + 1) + ti];
+      targets[bi * seq + ti] = tokens[bi * (seq + 1) + ti + 1];
+      counted += targets[bi * seq + ti] != cfg.ignore_id;
     }
   }
   be.CopyFromHost(s.tokens.data, inputs.data(), n * sizeof(int32_t));
