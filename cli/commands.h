@@ -10,5 +10,6 @@ namespace fullband::cli {
 int RunBackends(const std::vector<std::string>& args);
 int RunConfig(const std::vector<std::string>& args);
 int RunModel(const std::vector<std::string>& args);
+int RunTrain(const std::vector<std::string>& args);
 
 }  // namespace fullband::cli

@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"config", "check a configuration file: `fullband config check FILE [--json]`", RunConfig},
     {"model", "initialize weights, or run one K-pass step and write its gradients (init|grad)",
      RunModel},
+    {"train", "train single-process on a token file: `fullband train CONFIG.yaml`", RunTrain},
 };
 
 void PrintHelp() {

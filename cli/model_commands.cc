@@ -53,7 +53,7 @@ Status Grad(const Flags& flags) {
   FB_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
   FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(config_path));
   FB_ASSIGN_OR_RETURN(double jitter, flags.GetDouble("jitter", config.model.jitter));
-  FB_ASSIGN_OR_RETURN(worker::Recompute recompute,
+  FB_ASSIGN_OR_RETURN(Recompute recompute,
                       worker::ParseRecompute(flags.Get("recompute", "none")));
   const std::string mixin = flags.Get("mixin", config.model.prefix_mixin ? "on" : "off");
   if (mixin != "on" && mixin != "off") {

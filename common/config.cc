@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -35,6 +36,57 @@ void VisitModelFields(M& m, Visitor&& visit) {
   visit("jitter", m.jitter);
   visit("prefix_mixin", m.prefix_mixin);
   visit("pass1_input_norm", m.pass1_input_norm);
+}
+
+template <typename D, typename Visitor>
+void VisitDataFields(D& d, Visitor&& visit) {
+  visit("path", d.path);
+  visit("batch_size", d.batch_size);
+  visit("seq_len", d.seq_len);
+  visit("seed", d.seed);
+}
+
+template <typename O, typename Visitor>
+void VisitOptimFields(O& o, Visitor&& visit) {
+  visit("lr", o.lr);
+  visit("beta1", o.beta1);
+  visit("beta2", o.beta2);
+  visit("eps", o.eps);
+  visit("weight_decay", o.weight_decay);
+  visit("decay_embedding", o.decay_embedding);
+  visit("decay_norms", o.decay_norms);
+  visit("grad_clip", o.grad_clip);
+  visit("warmup_steps", o.warmup_steps);
+  visit("cooldown_fraction", o.cooldown_fraction);
+}
+
+template <typename S, typename Visitor>
+void VisitScheduleFields(S& s, Visitor&& visit) {
+  visit("steps", s.steps);
+  visit("seed", s.seed);
+  visit("phases", s.phases);
+}
+
+template <typename R, typename Visitor>
+void VisitRuntimeFields(R& r, Visitor&& visit) {
+  visit("device", r.device);
+  visit("threads", r.threads);
+  visit("recompute", r.recompute);
+  visit("log_every", r.log_every);
+  visit("init_seed", r.init_seed);
+  visit("init_from", r.init_from);
+  visit("save_to", r.save_to);
+  visit("peak_gflops", r.peak_gflops);
+}
+
+// Calls visit(section name, section struct, field visitor) for every section, in file order.
+template <typename C, typename Visitor>
+void VisitSections(C& c, Visitor&& visit) {
+  visit("model", c.model, [](auto& m, auto&& v) { VisitModelFields(m, v); });
+  visit("data", c.data, [](auto& m, auto&& v) { VisitDataFields(m, v); });
+  visit("optim", c.optim, [](auto& m, auto&& v) { VisitOptimFields(m, v); });
+  visit("schedule", c.schedule, [](auto& m, auto&& v) { VisitScheduleFields(m, v); });
+  visit("runtime", c.runtime, [](auto& m, auto&& v) { VisitRuntimeFields(m, v); });
 }
 
 std::string Describe(const YAML::Node& node) {
@@ -121,6 +173,59 @@ class FieldReader {
     }
     return OkStatus();
   }
+  Status Read(const YAML::Node& node, const std::string& path, std::string& out) {
+    if (!node.IsScalar()) return Error(node, path, "a string");
+    out = node.Scalar();
+    return OkStatus();
+  }
+  Status Read(const YAML::Node& node, const std::string& path, Recompute& out) {
+    const std::string v = node.IsScalar() ? node.Scalar() : "";
+    if (v == "none") {
+      out = Recompute::kNone;
+    } else if (v == "selective") {
+      out = Recompute::kSelective;
+    } else if (v == "full") {
+      out = Recompute::kFull;
+    } else {
+      return Error(node, path, "one of none, selective, full");
+    }
+    return OkStatus();
+  }
+  // phases: [{until: 0.75, mix: {1: 1.0}}, ...]
+  Status Read(const YAML::Node& node, const std::string& path, std::vector<SchedulePhase>& out) {
+    if (!node.IsSequence() || node.size() == 0) return Error(node, path, "a non-empty list");
+    std::vector<SchedulePhase> phases;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node ph = node[i];
+      const std::string here = path + "[" + std::to_string(i) + "]";
+      if (!ph.IsMap()) return Error(ph, here, "a mapping {until, mix}");
+      SchedulePhase phase;
+      for (const auto& kv : ph) {
+        const std::string key = kv.first.as<std::string>();
+        if (key != "until" && key != "mix") {
+          return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
+                                      key);
+        }
+      }
+      if (!ph["until"]) return InvalidArgumentError(Where(source_, ph) + ": " + here + ".until is required");
+      FB_RETURN_IF_ERROR(Read(ph["until"], here + ".until", phase.until));
+      const YAML::Node mix = ph["mix"];
+      if (!mix || !mix.IsMap() || mix.size() == 0) {
+        return Error(mix ? mix : ph, here + ".mix", "a mapping {passes: probability}");
+      }
+      phase.mix.clear();
+      for (const auto& kv : mix) {
+        int64_t passes;
+        double prob;
+        FB_RETURN_IF_ERROR(Read(kv.first, here + ".mix key", passes));
+        FB_RETURN_IF_ERROR(Read(kv.second, here + ".mix[" + kv.first.Scalar() + "]", prob));
+        phase.mix.emplace_back(passes, prob);
+      }
+      phases.push_back(std::move(phase));
+    }
+    out = std::move(phases);
+    return OkStatus();
+  }
   Status Read(const YAML::Node& node, const std::string& path, FeedbackState& out) {
     if (node.IsScalar() && node.Scalar() == "post_norm") {
       out = FeedbackState::kPostNorm;
@@ -146,6 +251,20 @@ struct FieldWriter {
     out << YAML::Key << name << YAML::Value;
     if constexpr (std::is_same_v<T, FeedbackLoss>) {
       out << std::string(FeedbackLossName(value));
+    } else if constexpr (std::is_same_v<T, Recompute>) {
+      out << std::string(RecomputeName(value));
+    } else if constexpr (std::is_same_v<T, std::vector<SchedulePhase>>) {
+      out << YAML::BeginSeq;
+      for (const SchedulePhase& p : value) {
+        out << YAML::Flow << YAML::BeginMap << YAML::Key << "until" << YAML::Value
+            << YAML::Precision(17) << p.until << YAML::Key << "mix" << YAML::Value
+            << YAML::BeginMap;
+        for (const auto& [passes, prob] : p.mix) {
+          out << YAML::Key << passes << YAML::Value << YAML::Precision(17) << prob;
+        }
+        out << YAML::EndMap << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, FeedbackState>) {
       out << std::string(FeedbackStateName(value));
     } else if constexpr (std::is_same_v<T, double>) {
@@ -167,6 +286,14 @@ std::string_view FeedbackLossName(FeedbackLoss v) {
 }
 std::string_view FeedbackStateName(FeedbackState v) {
   return v == FeedbackState::kPostNorm ? "post_norm" : "pre_norm";
+}
+std::string_view RecomputeName(Recompute v) {
+  switch (v) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
 }
 
 Status ModelConfig::Validate() const {
@@ -213,7 +340,101 @@ bool ModelConfig::IsFullAttentionLayer(int64_t layer) const {
   return full_attention_every > 0 && (layer + 1) % full_attention_every == 0;
 }
 
-Status Config::Validate() const { return model.Validate(); }
+namespace {
+
+Status SectionField(const char* section, const char* name, const std::string& why) {
+  return InvalidArgumentError(std::string(section) + "." + name + ": " + why);
+}
+
+}  // namespace
+
+Status DataConfig::Validate(const ModelConfig& model) const {
+  if (batch_size < 1) return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
+  if (seq_len < 1) return SectionField("data", "seq_len", std::to_string(seq_len) + " must be >= 1");
+  if (seq_len > model.max_seq_len) {
+    return SectionField("data", "seq_len", std::to_string(seq_len) + " exceeds model.max_seq_len = " +
+                                               std::to_string(model.max_seq_len));
+  }
+  return OkStatus();
+}
+
+Status OptimConfig::Validate() const {
+  if (!(lr >= 0)) return SectionField("optim", "lr", std::to_string(lr) + " must be >= 0");
+  if (!(beta1 >= 0 && beta1 < 1)) return SectionField("optim", "beta1", std::to_string(beta1) + " must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) return SectionField("optim", "beta2", std::to_string(beta2) + " must be in [0, 1)");
+  if (!(eps > 0)) return SectionField("optim", "eps", std::to_string(eps) + " must be > 0");
+  if (!(weight_decay >= 0)) return SectionField("optim", "weight_decay", std::to_string(weight_decay) + " must be >= 0");
+  if (!(grad_clip >= 0)) return SectionField("optim", "grad_clip", std::to_string(grad_clip) + " must be >= 0 (0: off)");
+  if (warmup_steps < 0) return SectionField("optim", "warmup_steps", std::to_string(warmup_steps) + " must be >= 0");
+  if (!(cooldown_fraction >= 0 && cooldown_fraction <= 1)) {
+    return SectionField("optim", "cooldown_fraction", std::to_string(cooldown_fraction) + " must be in [0, 1]");
+  }
+  return OkStatus();
+}
+
+Status ScheduleConfig::Validate() const {
+  if (steps < 1) return SectionField("schedule", "steps", std::to_string(steps) + " must be >= 1");
+  if (phases.empty()) return SectionField("schedule", "phases", "at least one phase is needed");
+  double previous = 0;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const SchedulePhase& p = phases[i];
+    const std::string name = "phases[" + std::to_string(i) + "]";
+    if (!(p.until > previous && p.until <= 1.0)) {
+      return SectionField("schedule", (name + ".until").c_str(),
+                          std::to_string(p.until) + " must increase and lie in (0, 1]");
+    }
+    previous = p.until;
+    double total = 0;
+    for (const auto& [passes, prob] : p.mix) {
+      if (passes < 1 || passes > 64) {
+        return SectionField("schedule", (name + ".mix").c_str(),
+                            "pass count " + std::to_string(passes) + " outside [1, 64]");
+      }
+      if (!(prob >= 0)) {
+        return SectionField("schedule", (name + ".mix").c_str(),
+                            "probability " + std::to_string(prob) + " of " +
+                                std::to_string(passes) + " passes is negative");
+      }
+      total += prob;
+    }
+    if (std::abs(total - 1.0) > 1e-6) {
+      return SectionField("schedule", (name + ".mix").c_str(),
+                          "probabilities sum to " + std::to_string(total) + ", not 1");
+    }
+  }
+  if (previous != 1.0) {
+    return SectionField("schedule", "phases", "the last phase must end at until: 1.0");
+  }
+  return OkStatus();
+}
+
+int64_t ScheduleConfig::MaxPasses() const {
+  int64_t k = 1;
+  for (const SchedulePhase& p : phases) {
+    for (const auto& [passes, prob] : p.mix) {
+      if (prob > 0) k = std::max(k, passes);
+    }
+  }
+  return k;
+}
+
+Status RuntimeConfig::Validate() const {
+  if (device != "cpu" && device != "cuda") {
+    return SectionField("runtime", "device", "expected cpu or cuda, got '" + device + "'");
+  }
+  if (threads < 0) return SectionField("runtime", "threads", std::to_string(threads) + " must be >= 0");
+  if (log_every < 1) return SectionField("runtime", "log_every", std::to_string(log_every) + " must be >= 1");
+  if (!(peak_gflops >= 0)) return SectionField("runtime", "peak_gflops", "must be >= 0");
+  return OkStatus();
+}
+
+Status Config::Validate() const {
+  FB_RETURN_IF_ERROR(model.Validate());
+  FB_RETURN_IF_ERROR(data.Validate(model));
+  FB_RETURN_IF_ERROR(optim.Validate());
+  FB_RETURN_IF_ERROR(schedule.Validate());
+  return runtime.Validate();
+}
 
 StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source) {
   YAML::Node root;
@@ -228,19 +449,27 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
   if (!root.IsMap()) {
     return InvalidArgumentError(std::string(source) + ": the top level must be a mapping");
   }
+  std::set<std::string> known;
+  Status status;
+  VisitSections(config, [&](const char* name, auto& section, auto visit_fields) {
+    known.insert(name);
+    if (!status.ok()) return;
+    const YAML::Node node = root[name];
+    if (!node) return;
+    if (!node.IsMap()) {
+      status = InvalidArgumentError(Where(source, node) + ": " + name + ": expected a mapping");
+      return;
+    }
+    FieldReader reader(source, std::string(name) + ".", node);
+    visit_fields(section, reader);
+    status = reader.Finish();
+  });
+  FB_RETURN_IF_ERROR(status);
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
-    if (key != "model") {
+    if (!known.count(key)) {
       return InvalidArgumentError(Where(source, kv.first) + ": unknown section " + key);
     }
-  }
-  if (const YAML::Node model = root["model"]) {
-    if (!model.IsMap()) {
-      return InvalidArgumentError(Where(source, model) + ": model: expected a mapping");
-    }
-    FieldReader reader(source, "model.", model);
-    VisitModelFields(config.model, reader);
-    FB_RETURN_IF_ERROR(reader.Finish());
   }
   FB_RETURN_IF_ERROR(config.Validate().WithContext(source));
   return config;
@@ -256,9 +485,13 @@ StatusOr<Config> LoadConfigFile(const std::string& path) {
 
 std::string ConfigToYaml(const Config& config) {
   YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  VisitModelFields(config.model, FieldWriter{out});
-  out << YAML::EndMap << YAML::EndMap;
+  out << YAML::BeginMap;
+  VisitSections(config, [&](const char* name, const auto& section, auto visit_fields) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    visit_fields(section, FieldWriter{out});
+    out << YAML::EndMap;
+  });
+  out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 

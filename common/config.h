@@ -4,13 +4,15 @@
 // names. Loading rejects unknown keys, wrong types and out-of-range values with an
 // INVALID_ARGUMENT naming the field path and the value ("model.n_heads: 12 is not divisible
 // by model.n_kv_heads = 5"). A Config is passed by const&, never global.
-// Sections that later components own (parallel, data, optim, schedule, checkpoint, runtime)
-// join this aggregate with those components.
+// Sections that later components own (parallel, checkpoint, coordinator) join this aggregate
+// with those components.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -19,8 +21,12 @@ namespace fullband {
 enum class FeedbackLoss { kMean, kSum };        // total = ℓ1 + mean(ℓ2..K) | ℓ1 + ... + ℓK
 enum class FeedbackState { kPostNorm, kPreNorm };  // h[k] after the final norm | before it
 
+// Activation recomputation of the K-pass step (docs/MODEL.md, Note [Recomputation]).
+enum class Recompute { kNone, kSelective, kFull };
+
 std::string_view FeedbackLossName(FeedbackLoss v);
 std::string_view FeedbackStateName(FeedbackState v);
+std::string_view RecomputeName(Recompute v);
 
 // The latent-feedback transformer (DESIGN Appendix A); defaults are the paper's 1B model.
 struct ModelConfig {
@@ -55,8 +61,75 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Where the training tokens come from and how batches are shaped.
+struct DataConfig {
+  std::string path;         // flat file of little-endian uint32 token ids (train reads it)
+  int64_t batch_size = 8;   // B, sequences per step
+  int64_t seq_len = 256;    // T, input tokens per sequence (each reads T + 1 tokens)
+  int64_t seed = 0;         // the sampler's permutation seed
+
+  Status Validate(const ModelConfig& model) const;
+  bool operator==(const DataConfig&) const = default;
+};
+
+// AdamW with decoupled weight decay, global-norm clipping, warmup–stable–decay learning rate.
+struct OptimConfig {
+  double lr = 5.0e-4;            // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1.0e-8;
+  double weight_decay = 0.1;     // on matrices; see the two switches below
+  bool decay_embedding = false;  // also decay the (tied) embedding
+  bool decay_norms = false;      // also decay RMSNorm gains
+  double grad_clip = 1.0;        // max global gradient norm; 0 disables
+  int64_t warmup_steps = 200;    // linear warmup from 0 to lr
+  double cooldown_fraction = 0.25;  // last fraction of the steps decays linearly to 0
+
+  Status Validate() const;
+  bool operator==(const OptimConfig&) const = default;
+};
+
+// One phase of the pass schedule: until `until` (a fraction of the budget in (0, 1]) steps
+// draw their pass count from `mix` ({passes, probability}, probabilities summing to 1).
+struct SchedulePhase {
+  double until = 1.0;
+  std::vector<std::pair<int64_t, double>> mix = {{1, 1.0}};
+  bool operator==(const SchedulePhase&) const = default;
+};
+
+// How many passes each step runs (DESIGN §1), drawn from a generator seeded by (seed, step)
+// so that a restarted job gets the same pass counts for the same steps.
+struct ScheduleConfig {
+  int64_t steps = 1000;  // the budget of a single-process run, in steps
+  int64_t seed = 0;
+  std::vector<SchedulePhase> phases = {SchedulePhase{}};
+
+  Status Validate() const;
+  int64_t MaxPasses() const;
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+// How this process runs.
+struct RuntimeConfig {
+  std::string device = "cpu";       // cpu | cuda
+  int64_t threads = 0;              // CPU threads; 0 = all cores
+  Recompute recompute = Recompute::kNone;
+  int64_t log_every = 10;           // steps between log lines
+  int64_t init_seed = 0;            // parameter initialization seed
+  std::string init_from;            // safetensors weights to start from instead ("" = init)
+  std::string save_to;              // safetensors weights written at the end ("" = none)
+  double peak_gflops = 0;           // the MFU denominator; 0 = measure sgemm at start
+
+  Status Validate() const;
+  bool operator==(const RuntimeConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  RuntimeConfig runtime;
 
   Status Validate() const;
   bool operator==(const Config&) const = default;

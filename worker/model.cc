@@ -16,15 +16,6 @@ using ops::DType;
 using ops::Shape;
 using ops::Tensor;
 
-const char* RecomputeName(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
 StatusOr<Recompute> ParseRecompute(const std::string& s) {
   if (s == "none") return Recompute::kNone;
   if (s == "selective") return Recompute::kSelective;

@@ -24,8 +24,7 @@
 
 namespace fullband::worker {
 
-enum class Recompute { kNone, kSelective, kFull };
-const char* RecomputeName(Recompute r);
+// The --recompute flag's value: none | selective | full.
 StatusOr<Recompute> ParseRecompute(const std::string& s);
 
 struct ModelShape {

@@ -31,14 +31,13 @@ struct Case {
 };
 
 ::testing::Message Describe(const Case& c) {
-  return ::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h
-                              << " Hkv=" << c.hkv << " Dh=" << c.dh << " window=" << c.window
-                              << " scale=" << c.scale;
+  return ::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h << " Hkv=" << c.hkv
+                              << " Dh=" << c.dh << " window=" << c.window << " scale=" << c.scale;
 }
 
 ref::AttentionDims Dims(const Case& c) {
-  return {.b = c.b, .t = c.t, .h = c.h, .hkv = c.hkv, .dh = c.dh, .window = c.window,
-          .scale = c.scale};
+  return {
+      .b = c.b, .t = c.t, .h = c.h, .hkv = c.hkv, .dh = c.dh, .window = c.window, .scale = c.scale};
 }
 
 class AttentionTest : public BackendTest {
@@ -57,10 +56,9 @@ class AttentionTest : public BackendTest {
     MakeInputs(c, q_stddev, &q, &k, &v);
     Tensor out = Nans({c.b, c.t, c.h, c.dh});
     Tensor lse = Nans({c.b, c.h, c.t});
-    backend().AttentionForward(out, lse, Upload(q, {c.b, c.t, c.h, c.dh}),
-                               Upload(k, {c.b, c.t, c.hkv, c.dh}),
-                               Upload(v, {c.b, c.t, c.hkv, c.dh}),
-                               {.window = c.window, .scale = c.scale});
+    backend().AttentionForward(
+        out, lse, Upload(q, {c.b, c.t, c.h, c.dh}), Upload(k, {c.b, c.t, c.hkv, c.dh}),
+        Upload(v, {c.b, c.t, c.hkv, c.dh}), {.window = c.window, .scale = c.scale});
     ref::Vec want_out, want_lse;
     ref::Attention(ToF64(q), ToF64(k), ToF64(v), Dims(c), &want_out, &want_lse);
     EXPECT_TRUE(NearMax(Download(out), want_out, tol)) << "out";
@@ -121,8 +119,8 @@ TEST_P(AttentionTest, Forward_TEqualsOne_ReturnsTheOnlyValueRow) {
     const int64_t g = hi / (h / hkv);
     for (int64_t j = 0; j < dh; ++j) {
       want_out.push_back(v[g * dh + j]);
-      want_lse[hi] += q[hi * dh + j] * static_cast<double>(k[g * dh + j]) /
-                     std::sqrt(static_cast<double>(dh));
+      want_lse[hi] +=
+          q[hi * dh + j] * static_cast<double>(k[g * dh + j]) / std::sqrt(static_cast<double>(dh));
     }
   }
   EXPECT_TRUE(NearMax(Download(out), want_out, kForwardTol)) << "out";
@@ -137,8 +135,8 @@ TEST_P(AttentionTest, Forward_CausalGqaShapes_MatchesReference) {
 }
 
 TEST_P(AttentionTest, Forward_WindowSmallerThanT_MatchesReference) {
-  for (const Case& c : {Case{2, 33, 4, 2, 10, 5}, Case{1, 7, 6, 1, 16, 3},
-                        Case{1, 33, 2, 2, 8, 5}, Case{1, 7, 4, 2, 8, 2}}) {
+  for (const Case& c : {Case{2, 33, 4, 2, 10, 5}, Case{1, 7, 6, 1, 16, 3}, Case{1, 33, 2, 2, 8, 5},
+                        Case{1, 7, 4, 2, 8, 2}}) {
     CheckForward(c, kForwardTol);
   }
 }
@@ -152,12 +150,13 @@ TEST_P(AttentionTest, Forward_WindowOfOne_AttendsOnlyToItself) {
   Tensor out = Nans({c.b, c.t, c.h, c.dh});
   Tensor lse = Nans({c.b, c.h, c.t});
   backend().AttentionForward(out, lse, Upload(q, {c.b, c.t, c.h, c.dh}),
-                             Upload(k, {c.b, c.t, c.hkv, c.dh}),
-                             Upload(v, {c.b, c.t, c.hkv, c.dh}), {.window = 1});
+                             Upload(k, {c.b, c.t, c.hkv, c.dh}), Upload(v, {c.b, c.t, c.hkv, c.dh}),
+                             {.window = 1});
   ref::Vec want;
   for (int64_t t = 0; t < c.t; ++t) {
     for (int64_t h = 0; h < c.h; ++h) {
-      for (int64_t j = 0; j < c.dh; ++j) want.push_back(v[(t * c.hkv + h / (c.h / c.hkv)) * c.dh + j]);
+      for (int64_t j = 0; j < c.dh; ++j)
+        want.push_back(v[(t * c.hkv + h / (c.h / c.hkv)) * c.dh + j]);
     }
   }
   EXPECT_TRUE(NearMax(Download(out), want, kForwardTol));
@@ -185,8 +184,8 @@ TEST_P(AttentionTest, Forward_LargeScores_StaysFiniteAndMatchesReference) {
 
 TEST_P(AttentionTest, Forward_LongerSequence_MatchesReference) {
   // T = 257 crosses any 64/128-row tiling; forward only (finite differences would be slow).
-  for (const Case& c : {Case{1, 257, 4, 2, 16}, Case{1, 257, 4, 2, 16, 64},
-                        Case{2, 130, 2, 1, 10, 100}}) {
+  for (const Case& c :
+       {Case{1, 257, 4, 2, 16}, Case{1, 257, 4, 2, 16, 64}, Case{2, 130, 2, 1, 10, 100}}) {
     CheckForward(c, kForwardTol);
   }
 }
@@ -196,15 +195,15 @@ TEST_P(AttentionTest, Backward_TEqualsOne_MatchesFiniteDifferences) {
 }
 
 TEST_P(AttentionTest, Backward_CausalGqaShapes_MatchesFiniteDifferences) {
-  for (const Case& c : {Case{1, 7, 4, 2, 8}, Case{2, 7, 2, 2, 10}, Case{1, 7, 6, 1, 16},
-                        Case{1, 33, 2, 1, 8}}) {
+  for (const Case& c :
+       {Case{1, 7, 4, 2, 8}, Case{2, 7, 2, 2, 10}, Case{1, 7, 6, 1, 16}, Case{1, 33, 2, 1, 8}}) {
     CheckBackward(c);
   }
 }
 
 TEST_P(AttentionTest, Backward_WindowSmallerThanT_MatchesFiniteDifferences) {
-  for (const Case& c : {Case{1, 33, 4, 2, 10, 5}, Case{2, 7, 6, 1, 8, 3},
-                        Case{1, 7, 2, 2, 16, 1}}) {
+  for (const Case& c :
+       {Case{1, 33, 4, 2, 10, 5}, Case{2, 7, 6, 1, 8, 3}, Case{1, 7, 2, 2, 16, 1}}) {
     CheckBackward(c);
   }
 }

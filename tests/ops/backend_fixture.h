@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,8 +83,13 @@ ref::Vec Plus(const ref::Vec& a, const ref::Vec& b);
 
 }  // namespace fullband::ops::test
 
-#define FB_INSTANTIATE_BACKEND_TEST_SUITE(suite)                                          \
-  INSTANTIATE_TEST_SUITE_P(Backends, suite,                                               \
-                           ::testing::Values(::fullband::ops::Device::kCpu,               \
-                                             ::fullband::ops::Device::kCuda),             \
-                           ::fullband::ops::test::BackendParamName)
+namespace fullband::ops {
+// Lets GoogleTest print a Device parameter as "cpu" / "cuda" instead of raw bytes.
+inline void PrintTo(Device device, std::ostream* os) { *os << DeviceName(device); }
+}  // namespace fullband::ops
+
+#define FB_INSTANTIATE_BACKEND_TEST_SUITE(suite)                                        \
+  INSTANTIATE_TEST_SUITE_P(                                                             \
+      Backends, suite,                                                                  \
+      ::testing::Values(::fullband::ops::Device::kCpu, ::fullband::ops::Device::kCuda), \
+      ::fullband::ops::test::BackendParamName)

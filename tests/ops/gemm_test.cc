@@ -116,8 +116,14 @@ TEST_P(GemmTest, AllTransposes_OddSizesAndPaddedStrides_MatchReference) {
                        Size{17, 100, 3, 1}, Size{2, 9, 65, 4}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        RunCase({.trans_a = ta, .trans_b = tb, .m = s.m, .n = s.n, .k = s.k, .pad = s.pad,
-                 .alpha = 0.7f, .beta = 1.3f},
+        RunCase({.trans_a = ta,
+                 .trans_b = tb,
+                 .m = s.m,
+                 .n = s.n,
+                 .k = s.k,
+                 .pad = s.pad,
+                 .alpha = 0.7f,
+                 .beta = 1.3f},
                 kGemmTol);
       }
     }
@@ -127,7 +133,13 @@ TEST_P(GemmTest, AllTransposes_OddSizesAndPaddedStrides_MatchReference) {
 TEST_P(GemmTest, BetaZero_IgnoresNaNInC) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      RunCase({.trans_a = ta, .trans_b = tb, .m = 7, .n = 24, .k = 10, .pad = 2, .alpha = -1.5f,
+      RunCase({.trans_a = ta,
+               .trans_b = tb,
+               .m = 7,
+               .n = 24,
+               .k = 10,
+               .pad = 2,
+               .alpha = -1.5f,
                .beta = 0.0f},
               kGemmTol);
     }
@@ -137,8 +149,14 @@ TEST_P(GemmTest, BetaZero_IgnoresNaNInC) {
 TEST_P(GemmTest, AlphaAndBetaVariants_MatchReference) {
   for (float alpha : {1.0f, -0.25f, 2.0f}) {
     for (float beta : {0.0f, 1.0f, -0.5f}) {
-      RunCase({.trans_a = false, .trans_b = true, .m = 9, .n = 10, .k = 16, .pad = 0,
-               .alpha = alpha, .beta = beta},
+      RunCase({.trans_a = false,
+               .trans_b = true,
+               .m = 9,
+               .n = 10,
+               .k = 16,
+               .pad = 0,
+               .alpha = alpha,
+               .beta = beta},
               kGemmTol);
     }
   }
@@ -147,8 +165,15 @@ TEST_P(GemmTest, AlphaAndBetaVariants_MatchReference) {
 TEST_P(GemmTest, Batched_StridedItems_MatchReference) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      RunCase({.trans_a = ta, .trans_b = tb, .m = 7, .n = 10, .k = 8, .pad = 1, .alpha = 0.5f,
-               .beta = 0.75f, .batch = 3},
+      RunCase({.trans_a = ta,
+               .trans_b = tb,
+               .m = 7,
+               .n = 10,
+               .k = 8,
+               .pad = 1,
+               .alpha = 0.5f,
+               .beta = 0.75f,
+               .batch = 3},
               kGemmTol);
     }
   }
@@ -156,31 +181,60 @@ TEST_P(GemmTest, Batched_StridedItems_MatchReference) {
 
 TEST_P(GemmTest, Batched_ZeroStrideA_BroadcastsA) {
   for (bool ta : {false, true}) {
-    RunCase({.trans_a = ta, .trans_b = false, .m = 5, .n = 12, .k = 7, .pad = 2, .alpha = 1.0f,
-             .beta = 0.0f, .batch = 4, .broadcast_a = true},
+    RunCase({.trans_a = ta,
+             .trans_b = false,
+             .m = 5,
+             .n = 12,
+             .k = 7,
+             .pad = 2,
+             .alpha = 1.0f,
+             .beta = 0.0f,
+             .batch = 4,
+             .broadcast_a = true},
             kGemmTol);
   }
 }
 
 TEST_P(GemmTest, Batched_ZeroStrideB_BroadcastsB) {
   for (bool tb : {false, true}) {
-    RunCase({.trans_a = false, .trans_b = tb, .m = 33, .n = 8, .k = 10, .pad = 0, .alpha = 1.0f,
-             .beta = 1.0f, .batch = 3, .broadcast_b = true},
+    RunCase({.trans_a = false,
+             .trans_b = tb,
+             .m = 33,
+             .n = 8,
+             .k = 10,
+             .pad = 0,
+             .alpha = 1.0f,
+             .beta = 1.0f,
+             .batch = 3,
+             .broadcast_b = true},
             kGemmTol);
   }
 }
 
 TEST_P(GemmTest, SingleMatrixOverload_MatchesReference) {
-  RunCase({.trans_a = true, .trans_b = false, .m = 13, .n = 7, .k = 24, .pad = 3, .alpha = 0.3f,
-           .beta = 0.0f, .use_single_overload = true},
+  RunCase({.trans_a = true,
+           .trans_b = false,
+           .m = 13,
+           .n = 7,
+           .k = 24,
+           .pad = 3,
+           .alpha = 0.3f,
+           .beta = 0.0f,
+           .use_single_overload = true},
           kGemmTol);
 }
 
 TEST_P(GemmTest, LargerSizes_MatchReference) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      RunCase({.trans_a = ta, .trans_b = tb, .m = 96, .n = 130, .k = 515, .pad = 0,
-               .alpha = 1.0f, .beta = 0.0f},
+      RunCase({.trans_a = ta,
+               .trans_b = tb,
+               .m = 96,
+               .n = 130,
+               .k = 515,
+               .pad = 0,
+               .alpha = 1.0f,
+               .beta = 0.0f},
               kGemmLargeKTol);
     }
   }

@@ -37,9 +37,8 @@ class HeadGateTest : public BackendTest {
 
   // rank4: x (B, T, H, Dh) and gate (B, T, H); otherwise x (B·T, H, Dh) and gate (B·T, H).
   void CheckForward(const Case& c, bool rank4, bool alias) {
-    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h
-                                      << " Dh=" << c.dh << " rank4=" << rank4
-                                      << " alias=" << alias);
+    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h << " Dh="
+                                      << c.dh << " rank4=" << rank4 << " alias=" << alias);
     const int64_t n = c.b * c.t;
     const Shape xs = rank4 ? Shape{c.b, c.t, c.h, c.dh} : Shape{n, c.h, c.dh};
     const Shape gs = rank4 ? Shape{c.b, c.t, c.h} : Shape{n, c.h};
@@ -92,7 +91,7 @@ TEST_P(HeadGateTest, Forward_OutAliasesX_MatchesReference) {
 }
 
 TEST_P(HeadGateTest, Backward_VariousShapes_MatchesFiniteDifferences) {
-  for (const Case& c : {Case{1, 1, 3, 8}, Case{2, 7, 4, 10}, Case{1, 33, 6, 16}}) {
+  for (const Case& c : {Case{1, 1, 3, 8}, Case{2, 7, 4, 10}, Case{1, 33, 2, 16}}) {
     CheckBackward(c, /*rank4=*/true);
   }
   CheckBackward({3, 5, 2, 8}, /*rank4=*/false);

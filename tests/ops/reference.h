@@ -27,8 +27,7 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 Vec Embedding(const Vec& table, const std::vector<int32_t>& ids, int64_t d);
 
 // out (N, D) = x / sqrt(mean(x²) + eps) ⊙ gain; rstd (N) = 1 / sqrt(mean(x²) + eps).
-void RmsNorm(const Vec& x, const Vec& gain, int64_t n, int64_t d, double eps, Vec* out,
-             Vec* rstd);
+void RmsNorm(const Vec& x, const Vec& gain, int64_t n, int64_t d, double eps, Vec* out, Vec* rstd);
 
 // Rotate-half RoPE of x (B, T, nH, Dh): pairs (i, i + Dh/2), angle t·theta^(-2i/Dh).
 Vec Rope(const Vec& x, int64_t b, int64_t t, int64_t nh, int64_t dh, double theta);

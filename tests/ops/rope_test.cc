@@ -27,22 +27,19 @@ struct Case {
 class RopeTest : public BackendTest {
  protected:
   void CheckForward(const Case& c, bool alias, double tol) {
-    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " nH=" << c.nh
-                                      << " Dh=" << c.dh << " theta=" << c.theta
-                                      << " alias=" << alias);
+    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " nH=" << c.nh << " Dh="
+                                      << c.dh << " theta=" << c.theta << " alias=" << alias);
     const Shape shape{c.b, c.t, c.nh, c.dh};
     const std::vector<float> x = Normal(shape.numel());
     Tensor tx = Upload(x, shape);
     Tensor out = alias ? tx : Nans(shape);
     backend().RopeForward(out, tx, c.theta);
-    EXPECT_TRUE(
-        NearMax(Download(out), ref::Rope(ToF64(x), c.b, c.t, c.nh, c.dh, c.theta), tol));
+    EXPECT_TRUE(NearMax(Download(out), ref::Rope(ToF64(x), c.b, c.t, c.nh, c.dh, c.theta), tol));
   }
 
   void CheckBackward(const Case& c, bool alias) {
-    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " nH=" << c.nh
-                                      << " Dh=" << c.dh << " theta=" << c.theta
-                                      << " alias=" << alias);
+    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " nH=" << c.nh << " Dh="
+                                      << c.dh << " theta=" << c.theta << " alias=" << alias);
     const Shape shape{c.b, c.t, c.nh, c.dh};
     const std::vector<float> x = Normal(shape.numel());
     const std::vector<float> dout = Normal(shape.numel());
@@ -60,9 +57,9 @@ class RopeTest : public BackendTest {
 FB_INSTANTIATE_BACKEND_TEST_SUITE(RopeTest);
 
 TEST_P(RopeTest, Forward_VariousShapes_MatchesReference) {
-  for (const Case& c : {Case{1, 1, 1, 8, 10000.0f}, Case{2, 7, 3, 10, 10000.0f},
-                        Case{1, 33, 2, 16, 10000.0f}, Case{3, 5, 4, 8, 500000.0f},
-                        Case{2, 33, 1, 10, 100.0f}}) {
+  for (const Case& c :
+       {Case{1, 1, 1, 8, 10000.0f}, Case{2, 7, 3, 10, 10000.0f}, Case{1, 33, 2, 16, 10000.0f},
+        Case{3, 5, 4, 8, 500000.0f}, Case{2, 33, 1, 10, 100.0f}}) {
     CheckForward(c, /*alias=*/false, kTol);
   }
 }

@@ -34,7 +34,7 @@ TEST_P(ShiftTest, Forward_VariousShapes_ShiftsWithinEachSequence) {
 }
 
 TEST_P(ShiftTest, Backward_VariousShapes_MatchesFiniteDifferences) {
-  for (const Case c : {Case{1, 1, 40}, Case{2, 7, 24}, Case{3, 33, 100}, Case{2, 1, 10}}) {
+  for (const Case c : {Case{1, 1, 40}, Case{2, 7, 24}, Case{3, 33, 24}, Case{2, 1, 10}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " D=" << c.d);
     const std::vector<float> dout = Normal(c.b * c.t * c.d);
     ref::Vec x64 = ToF64(Normal(c.b * c.t * c.d));

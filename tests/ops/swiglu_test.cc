@@ -30,8 +30,8 @@ class SwiGluTest : public BackendTest {
     const std::vector<float> up = Normal(n * f);
     Tensor out = Nans({n, f});
     backend().SwiGluForward(out, Upload(gate, {n, f}), Upload(up, {n, f}));
-    EXPECT_TRUE(NearEach(Download(out), ref::SwiGlu(ToF64(gate), ToF64(up)), kForwardRtol,
-                         kForwardAtol));
+    EXPECT_TRUE(
+        NearEach(Download(out), ref::SwiGlu(ToF64(gate), ToF64(up)), kForwardRtol, kForwardAtol));
   }
 
   void CheckBackward(int64_t n, int64_t f, const std::vector<float>& gate) {
@@ -73,7 +73,7 @@ TEST_P(SwiGluTest, Forward_SaturatedGates_StaysFiniteAndMatchesReference) {
 }
 
 TEST_P(SwiGluTest, Backward_VariousShapes_MatchesFiniteDifferences) {
-  for (const Case c : {Case{1, 24}, Case{7, 40}, Case{33, 100}}) {
+  for (const Case c : {Case{1, 24}, Case{7, 100}, Case{33, 40}}) {
     CheckBackward(c.n, c.f, Normal(c.n * c.f, 2.0f));
   }
 }

@@ -1,0 +1,50 @@
+// Optimizer: AdamW with decoupled weight decay over the model's parameter arena, global-norm
+// gradient clipping, and the warmup–stable–decay learning-rate schedule.
+//
+// The moments m and v live in one arena each, carved by the same ParameterTable as the
+// parameters (so a data-parallel shard of the optimizer is an offset range). Weight decay
+// applies to matrices, and to the embedding / norm gains only when configured.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "common/config.h"
+#include "ops/arena.h"
+#include "ops/backend.h"
+#include "worker/param_table.h"
+
+namespace fullband::worker {
+
+// Learning rate of step `step` (0-based) of `total_steps`: linear warmup over warmup_steps to
+// lr, constant, then linear decay to 0 over the last cooldown_fraction of the steps.
+double LearningRate(const OptimConfig& optim, int64_t step, int64_t total_steps);
+
+struct OptimizerStats {
+  double grad_norm = 0;  // global L2 norm before clipping
+  double clip_scale = 1;  // factor applied to the gradients (1: not clipped)
+  double lr = 0;
+};
+
+class AdamW {
+ public:
+  // Allocates and zeroes the moments (RESOURCE_EXHAUSTED if the device is full).
+  static StatusOr<std::unique_ptr<AdamW>> Create(const OptimConfig& optim,
+                                                 const ParameterTable& table,
+                                                 ops::Backend* backend);
+
+  // One update of `params` from `grads` (both carved by the table) at step `step` (0-based).
+  OptimizerStats Step(ops::Tensor params, ops::Tensor grads, int64_t step, int64_t total_steps);
+
+ private:
+  AdamW(const OptimConfig& optim, const ParameterTable& table, ops::Backend* backend)
+      : optim_(optim), table_(table), backend_(backend) {}
+
+  OptimConfig optim_;
+  const ParameterTable& table_;
+  ops::Backend* backend_;
+  std::optional<ops::Arena> m_, v_;
+  ops::Tensor m_all_, v_all_;
+};
+
+}  // namespace fullband::worker
