@@ -122,3 +122,69 @@ TEST(Config, FullAttentionLayers_FollowEverySixth) {
 
 }  // namespace
 }  // namespace fullband
+
+namespace fullband {
+namespace {
+
+TEST(Config, TrainingSections_AreReadAndRoundTrip) {
+  StatusOr<Config> c = ParseConfig(R"(
+data:
+  path: /data/tokens.bin
+  batch_size: 4
+  seq_len: 128
+optim:
+  lr: 1.0e-3
+  grad_clip: 0.5
+  decay_embedding: true
+schedule:
+  steps: 500
+  seed: 7
+  phases:
+    - {until: 0.75, mix: {1: 1.0}}
+    - {until: 1.0, mix: {1: 0.75, 2: 0.22, 3: 0.03}}
+runtime:
+  recompute: full
+  threads: 2
+  save_to: out.safetensors
+)",
+                                   "train.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->data.path, "/data/tokens.bin");
+  EXPECT_EQ(c->data.seq_len, 128);
+  EXPECT_DOUBLE_EQ(c->optim.grad_clip, 0.5);
+  EXPECT_TRUE(c->optim.decay_embedding);
+  ASSERT_EQ(c->schedule.phases.size(), 2u);
+  EXPECT_DOUBLE_EQ(c->schedule.phases[0].until, 0.75);
+  EXPECT_EQ(c->schedule.phases[1].mix.size(), 3u);
+  EXPECT_EQ(c->schedule.MaxPasses(), 3);
+  EXPECT_EQ(c->runtime.recompute, Recompute::kFull);
+  StatusOr<Config> back = ParseConfig(ConfigToYaml(*c), "dump");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *c);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TrainingSections, ConfigErrors,
+    ::testing::Values(
+        BadCase{"schedule:\n  phases:\n    - {until: 1.0, mix: {1: 0.5, 2: 0.4}}\n",
+                "schedule.phases[0].mix: probabilities sum to 0.9"},
+        BadCase{"schedule:\n  phases:\n    - {until: 0.5, mix: {1: 1.0}}\n",
+                "schedule.phases: the last phase must end at until: 1.0"},
+        BadCase{"schedule:\n  phases:\n    - {until: 0.8, mix: {1: 1.0}}\n"
+                "    - {until: 0.6, mix: {2: 1.0}}\n",
+                "schedule.phases[1].until: 0.6"},
+        BadCase{"schedule:\n  phases:\n    - {until: 1.0, mix: {0: 1.0}}\n",
+                "pass count 0 outside [1, 64]"},
+        BadCase{"schedule:\n  phases:\n    - {until: 1.0, mix: {1: 1.0}, extra: 3}\n",
+                "unknown field schedule.phases[0].extra"},
+        BadCase{"schedule:\n  phases: []\n", "schedule.phases: expected a non-empty list"},
+        BadCase{"data:\n  seq_len: 100000\n", "data.seq_len: 100000 exceeds model.max_seq_len"},
+        BadCase{"optim:\n  beta2: 1.5\n", "optim.beta2: 1.5"},
+        BadCase{"optim:\n  cooldown_fraction: 2\n", "optim.cooldown_fraction"},
+        BadCase{"runtime:\n  recompute: some\n",
+                "runtime.recompute: expected one of none, selective, full"},
+        BadCase{"runtime:\n  device: tpu\n", "runtime.device: expected cpu or cuda, got 'tpu'"},
+        BadCase{"data:\n  batch_sise: 3\n", "unknown field data.batch_sise"}));
+
+}  // namespace
+}  // namespace fullband

@@ -1,0 +1,166 @@
+// bench/train_step: fullband's K-pass training step (forward, backward through every pass,
+// AdamW) on a named or given config; prints one JSON line:
+//   {"impl": "fullband", "config": "tiny", "passes": K, "recompute": "none",
+//    "tokens_per_s": …, "step_s_median": …, "peak_rss_mib": …, "mfu": …}
+// Flags: --config tiny|small|FILE.yaml --passes K --recompute none|selective|full --steps N
+//        [--warmup W] [--threads N] [--peak-gflops X]
+// tiny: V=4096 D=256 L=4 H=4 T=256 B=8; small: V=100352 D=512 L=8 H=8 T=512 B=4 (Hkv = H,
+// F = 8D/3 rounded up to 64, no window). Tokens are random with an EOD every ~100. Run one
+// measurement per process: peak RSS is the process's.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "cli/flags.h"
+#include "common/config.h"
+#include "common/random.h"
+#include "common/schedule.h"
+#include "ops/backend.h"
+#include "worker/model.h"
+#include "worker/optimizer.h"
+
+namespace fullband::bench {
+namespace {
+
+struct Named {
+  ModelConfig model;
+  int64_t batch, seq;
+};
+
+Named Preset(int64_t v, int64_t d, int64_t l, int64_t h, int64_t t, int64_t b) {
+  Named n;
+  ModelConfig& m = n.model;
+  m.vocab_size = v;
+  m.d_model = d;
+  m.n_layers = l;
+  m.n_heads = h;
+  m.n_kv_heads = h;
+  m.head_dim = d / h;
+  m.ffn_dim = (8 * d / 3 + 63) / 64 * 64;
+  m.window = 0;
+  m.eod_id = v - 1;
+  m.max_seq_len = std::max<int64_t>(t, 1024);
+  n.batch = b;
+  n.seq = t;
+  return n;
+}
+
+StatusOr<Named> LoadNamed(const std::string& name) {
+  if (name == "tiny") return Preset(4096, 256, 4, 4, 256, 8);
+  if (name == "small") return Preset(100352, 512, 8, 8, 512, 4);
+  FB_ASSIGN_OR_RETURN(Config c, LoadConfigFile(name));
+  return Named{c.model, c.data.batch_size, c.data.seq_len};
+}
+
+double PeakRssMib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  StatusOr<cli::Flags> flags = cli::Flags::Parse(
+      args, {"config", "passes", "recompute", "steps", "warmup", "threads", "peak-gflops"}, {});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "train_step: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  const std::string config_name = flags->Get("config", "tiny");
+  StatusOr<Named> named = LoadNamed(config_name);
+  StatusOr<int64_t> passes = flags->GetInt("passes", 1);
+  StatusOr<int64_t> steps = flags->GetInt("steps", 5);
+  StatusOr<int64_t> warmup = flags->GetInt("warmup", 2);
+  StatusOr<int64_t> threads = flags->GetInt("threads", 0);
+  StatusOr<double> peak = flags->GetDouble("peak-gflops", 0);
+  StatusOr<Recompute> recompute = worker::ParseRecompute(flags->Get("recompute", "none"));
+  for (const Status& s : {named.status(), passes.status(), steps.status(), warmup.status(),
+                          threads.status(), peak.status(), recompute.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "train_step: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  ops::BackendOptions bo;
+  bo.num_threads = static_cast<int>(*threads);
+  auto backend = ops::CreateBackend(bo);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "train_step: %s\n", backend.status().message().c_str());
+    return 1;
+  }
+  ops::Backend& be = **backend;
+  const int64_t b = named->batch, t = named->seq;
+  worker::ModelShape shape{b, t, static_cast<int>(*passes), *recompute};
+  auto model = worker::Model::Create(named->model, shape, &be);
+  if (!model.ok()) {
+    std::fprintf(stderr, "train_step: %s\n", model.status().message().c_str());
+    return 2;
+  }
+  (*model)->InitParameters(1);
+  OptimConfig oc;
+  oc.lr = 1e-3;
+  oc.warmup_steps = 0;
+  auto opt = worker::AdamW::Create(oc, (*model)->table(), &be);
+  if (!opt.ok()) return 1;
+  Rng rng(7);
+  std::vector<int32_t> tokens(b * (t + 1));
+  for (auto& x : tokens) {
+    x = rng.Below(100) == 0 ? static_cast<int32_t>(named->model.eod_id)
+                            : static_cast<int32_t>(rng.Below(named->model.vocab_size - 1));
+  }
+  worker::StepOptions so;
+  so.passes = static_cast<int>(*passes);
+  so.jitter = named->model.jitter;
+  so.prefix_mixin = named->model.prefix_mixin;
+  int64_t step = 0;
+  const auto one_step = [&] {
+    so.seed = static_cast<uint64_t>(step);
+    (*model)->ZeroGradients();
+    StatusOr<worker::StepResult> r = (*model)->Step(tokens.data(), b, t, so);
+    FB_CHECK(r.ok()) << r.status().ToString();
+    (*opt)->Step((*model)->params(), (*model)->grads(), step, 1 << 30);
+    be.Synchronize();
+    ++step;
+  };
+  const double median = MedianSeconds(one_step, static_cast<int>(*warmup),
+                                      static_cast<int>(*steps));
+  double peak_gflops = *peak;
+  if (peak_gflops <= 0) {  // the backend's 2048³ sgemm, best of 3
+    const int64_t n = 2048;
+    auto a = be.Allocate(n * n * 4).value(), bb = be.Allocate(n * n * 4).value(),
+         c = be.Allocate(n * n * 4).value();
+    be.Fill(ops::Tensor::F32(static_cast<float*>(a), {n * n}, be.device()), 0.5f);
+    be.Fill(ops::Tensor::F32(static_cast<float*>(bb), {n * n}, be.device()), 0.5f);
+    const double s = MedianSeconds(
+        [&] {
+          be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n,
+                  static_cast<float*>(bb), n, 0.0f, static_cast<float*>(c), n);
+          be.Synchronize();
+        },
+        1, 3);
+    peak_gflops = 2.0 * n * n * n / s / 1e9;
+  }
+  const double flops = ModelFlopsPerToken(named->model, (*model)->table().CountParameters(), t) *
+                       static_cast<double>(b * t * *passes);
+  std::printf(
+      "{\"impl\": \"fullband\", \"config\": \"%s\", \"passes\": %ld, \"recompute\": \"%s\", "
+      "\"batch\": %ld, \"seq\": %ld, \"tokens_per_s\": %.1f, \"step_s_median\": %.5f, "
+      "\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"mfu\": %.4f, \"peak_gflops\": %.1f, "
+      "\"backend\": \"%s\"}\n",
+      config_name.c_str(), *passes, std::string(RecomputeName(*recompute)).c_str(), b, t,
+      static_cast<double>(b * t) / median, median, PeakRssMib(),
+      (*model)->activation_bytes() / 1048576.0, flops / median / (peak_gflops * 1e9), peak_gflops,
+      be.name().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace fullband::bench
+
+int main(int argc, char** argv) {
+  return fullband::bench::Run(std::vector<std::string>(argv + 1, argv + argc));
+}
