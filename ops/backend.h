@@ -54,6 +54,8 @@ class Backend {
   // Returns RESOURCE_EXHAUSTED when the device is out of memory. Memory is 64-byte aligned.
   virtual StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
+  // Host copies are synchronous: on return the host buffer may be reused (FromHost) or read
+  // (ToHost), and earlier ops on the backend have completed.
   virtual void CopyFromHost(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;  // device to device

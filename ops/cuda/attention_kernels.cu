@@ -18,6 +18,8 @@ constexpr int kQueryWarps = 4;                     // forward and dq kernels
 constexpr int kRowsPerWarp = kTile / kQueryWarps;  // query rows owned by one warp
 constexpr int kKeyWarps = 8;                       // dk/dv kernel
 constexpr int kKeysPerWarp = kTile / kKeyWarps;    // keys owned by one warp
+constexpr int kQueryThreads = kQueryWarps * kWarpSize;
+constexpr int kKeyThreads = kKeyWarps * kWarpSize;
 constexpr size_t kDefaultSharedLimit = 48 * 1024;  // above this, opt in per kernel
 
 // Sizes as the kernels see them (int: T, heads and Dh are far below 2^31).
@@ -47,7 +49,7 @@ __device__ void LoadTile(float* dst, int pitch, const float* x, int b, int row0,
 // and lane j scores key j of each key tile. Shared: Q (32, Dh), K (32, Dh+1), V (32, Dh),
 // P (32, 32).
 template <int NC>
-__global__ void __launch_bounds__(kQueryWarps* kWarpSize)
+__global__ void __launch_bounds__(kQueryThreads)
     AttentionForwardKernel(float* out, float* lse, const float* q, const float* k, const float* v,
                            Dims dims) {
   extern __shared__ float smem[];
@@ -173,7 +175,7 @@ __device__ void LoadRowStats(float* dd_s, float* lse_s, const float* dout, const
 // dq = scale · dS K over the visible keys. Grid (query tiles, B·H), kQueryWarps warps, the
 // layout of the forward kernel. Shared: Q, dO (32, Dh); K, V (32, Dh+1); dS (32, 32); lse, D.
 template <int NC>
-__global__ void __launch_bounds__(kQueryWarps* kWarpSize)
+__global__ void __launch_bounds__(kQueryThreads)
     AttentionBackwardDqKernel(float* dq, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, Dims dims) {
   extern __shared__ float smem[];
@@ -275,7 +277,7 @@ __global__ void __launch_bounds__(kQueryWarps* kWarpSize)
 // warp w owns keys w·4 .. w·4+3 of the tile and lane i is query i of each query tile.
 // Shared: K, V (32, Dh); Q, dO (32, Dh+1); P, dS (32 keys, 32 queries); lse, D.
 template <int NC>
-__global__ void __launch_bounds__(kKeyWarps* kWarpSize)
+__global__ void __launch_bounds__(kKeyThreads)
     AttentionBackwardDkDvKernel(float* dk, float* dv, const float* dout, const float* q,
                                 const float* k, const float* v, const float* out, const float* lse,
                                 Dims dims) {
@@ -410,8 +412,7 @@ void LaunchForward(cudaStream_t stream, float* out, float* lse, const float* q, 
   AllowSharedMemory(AttentionForwardKernel<NC>, bytes);
   const dim3 grid(static_cast<unsigned>((dims.t + kTile - 1) / kTile),
                   static_cast<unsigned>(dims.b * dims.h));
-  AttentionForwardKernel<NC>
-      <<<grid, kQueryWarps * kWarpSize, bytes, stream>>>(out, lse, q, k, v, kd);
+  AttentionForwardKernel<NC><<<grid, kQueryThreads, bytes, stream>>>(out, lse, q, k, v, kd);
   CheckLaunch();
 }
 
@@ -430,12 +431,12 @@ void LaunchBackward(cudaStream_t stream, float* dq, float* dk, float* dv, const 
   AllowSharedMemory(AttentionBackwardDqKernel<NC>, dq_bytes);
   AllowSharedMemory(AttentionBackwardDkDvKernel<NC>, dkdv_bytes);
   AttentionBackwardDqKernel<NC>
-      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.h)), kQueryWarps * kWarpSize, dq_bytes,
-         stream>>>(dq, dout, q, k, v, out, lse, kd);
+      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.h)), kQueryThreads, dq_bytes, stream>>>(
+          dq, dout, q, k, v, out, lse, kd);
   CheckLaunch();
   AttentionBackwardDkDvKernel<NC>
-      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.hkv)), kKeyWarps * kWarpSize, dkdv_bytes,
-         stream>>>(dk, dv, dout, q, k, v, out, lse, kd);
+      <<<dim3(tiles, static_cast<unsigned>(dims.b * dims.hkv)), kKeyThreads, dkdv_bytes, stream>>>(
+          dk, dv, dout, q, k, v, out, lse, kd);
   CheckLaunch();
 }
 

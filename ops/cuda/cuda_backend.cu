@@ -128,7 +128,8 @@ StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(int device_index) {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return UnavailableError(std::string("CUDA backend: no usable GPU (cudaGetDeviceCount: ") +
-                            cudaGetErrorString(err) + ")");
+                            cudaGetErrorString(err) +
+                            "); is an NVIDIA driver installed and a GPU visible?");
   }
   if (count == 0) return UnavailableError("CUDA backend: no GPU is visible");
   if (device_index < 0 || device_index >= count) {
