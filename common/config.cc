@@ -348,13 +348,9 @@ Status SectionField(const char* section, const char* name, const std::string& wh
 
 }  // namespace
 
-Status DataConfig::Validate(const ModelConfig& model) const {
+Status DataConfig::Validate() const {
   if (batch_size < 1) return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
   if (seq_len < 1) return SectionField("data", "seq_len", std::to_string(seq_len) + " must be >= 1");
-  if (seq_len > model.max_seq_len) {
-    return SectionField("data", "seq_len", std::to_string(seq_len) + " exceeds model.max_seq_len = " +
-                                               std::to_string(model.max_seq_len));
-  }
   return OkStatus();
 }
 
@@ -430,7 +426,7 @@ Status RuntimeConfig::Validate() const {
 
 Status Config::Validate() const {
   FB_RETURN_IF_ERROR(model.Validate());
-  FB_RETURN_IF_ERROR(data.Validate(model));
+  FB_RETURN_IF_ERROR(data.Validate());
   FB_RETURN_IF_ERROR(optim.Validate());
   FB_RETURN_IF_ERROR(schedule.Validate());
   return runtime.Validate();

@@ -68,7 +68,8 @@ struct DataConfig {
   int64_t seq_len = 256;    // T, input tokens per sequence (each reads T + 1 tokens)
   int64_t seed = 0;         // the sampler's permutation seed
 
-  Status Validate(const ModelConfig& model) const;
+  // (seq_len against model.max_seq_len is checked where the model is built.)
+  Status Validate() const;
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"schedule:\n  phases:\n    - {until: 1.0, mix: {1: 1.0}, extra: 3}\n",
                 "unknown field schedule.phases[0].extra"},
         BadCase{"schedule:\n  phases: []\n", "schedule.phases: expected a non-empty list"},
-        BadCase{"data:\n  seq_len: 100000\n", "data.seq_len: 100000 exceeds model.max_seq_len"},
+        BadCase{"data:\n  seq_len: 0\n", "data.seq_len: 0 must be >= 1"},
         BadCase{"optim:\n  beta2: 1.5\n", "optim.beta2: 1.5"},
         BadCase{"optim:\n  cooldown_fraction: 2\n", "optim.cooldown_fraction"},
         BadCase{"runtime:\n  recompute: some\n",
