@@ -1,18 +1,91 @@
+// Backend creation. The CPU backend is linked in; the CUDA backend is a plugin
+// (libfullband_cuda.so, ops/cuda/plugin.h) loaded on first use from, in order: the path in
+// $FULLBAND_CUDA_PLUGIN, the directory of the running executable and its ../ops, and the build
+// tree it was compiled in.
 #include "ops/backend.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "ops/cpu/cpu_backend.h"
-#if FULLBAND_HAVE_CUDA
-#include "ops/cuda/cuda_backend.h"
-#endif
+#include "ops/cuda/plugin.h"
 
 namespace fullband::ops {
+namespace {
+
+struct CudaPlugin {
+  void* handle = nullptr;
+  FullbandCudaDeviceAvailableFn available = nullptr;
+  FullbandCudaCreateBackendFn create = nullptr;
+  std::string error;  // why it could not be loaded
+};
+
+std::string ExecutableDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, n);
+  return path.substr(0, path.rfind('/'));
+}
+
+CudaPlugin LoadCudaPlugin() {
+  CudaPlugin p;
+#if FULLBAND_HAVE_CUDA
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("FULLBAND_CUDA_PLUGIN")) candidates.push_back(env);
+  const std::string dir = ExecutableDir();
+  candidates.push_back(dir + "/" FULLBAND_CUDA_PLUGIN_FILE);
+  candidates.push_back(dir + "/../ops/" FULLBAND_CUDA_PLUGIN_FILE);
+  candidates.push_back(dir + "/../../ops/" FULLBAND_CUDA_PLUGIN_FILE);
+  candidates.push_back(FULLBAND_CUDA_PLUGIN_BUILD_PATH);
+  for (const std::string& path : candidates) {
+    if (access(path.c_str(), R_OK) != 0) continue;
+    p.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (p.handle == nullptr) {
+      p.error = std::string("cannot load ") + path + ": " + dlerror();
+      continue;
+    }
+    auto abi = reinterpret_cast<FullbandCudaPluginAbiFn>(dlsym(p.handle, "fullband_cuda_plugin_abi"));
+    p.available = reinterpret_cast<FullbandCudaDeviceAvailableFn>(
+        dlsym(p.handle, "fullband_cuda_device_available"));
+    p.create = reinterpret_cast<FullbandCudaCreateBackendFn>(
+        dlsym(p.handle, "fullband_cuda_create_backend"));
+    if (abi == nullptr || p.available == nullptr || p.create == nullptr ||
+        abi() != FULLBAND_CUDA_PLUGIN_ABI) {
+      p.error = path + " is not a compatible fullband CUDA plugin";
+      dlclose(p.handle);
+      p.handle = nullptr;
+      p.available = nullptr;
+      p.create = nullptr;
+      continue;
+    }
+    p.error.clear();
+    return p;
+  }
+  if (p.error.empty()) p.error = "the CUDA plugin " FULLBAND_CUDA_PLUGIN_FILE " was not found";
+#else
+  p.error = "this fullband was built without CUDA (-DFULLBAND_CUDA=OFF)";
+#endif
+  return p;
+}
+
+// The plugin is loaded once per process and never unloaded (backends may outlive any owner).
+const CudaPlugin& Plugin() {
+  static const CudaPlugin plugin = LoadCudaPlugin();
+  return plugin;
+}
+
+}  // namespace
 
 bool CudaAvailable() {
-#if FULLBAND_HAVE_CUDA
-  return CudaDeviceAvailable();
-#else
-  return false;
-#endif
+  const CudaPlugin& p = Plugin();
+  return p.available != nullptr && p.available() != 0;
 }
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
@@ -23,12 +96,15 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
   switch (options.device) {
     case Device::kCpu:
       return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options.num_threads));
-    case Device::kCuda:
-#if FULLBAND_HAVE_CUDA
-      return CreateCudaBackend(options.device_index);
-#else
-      return UnavailableError("this fullband was built without CUDA (-DFULLBAND_CUDA=OFF)");
-#endif
+    case Device::kCuda: {
+      const CudaPlugin& p = Plugin();
+      if (p.create == nullptr) return UnavailableError(p.error);
+      int code = 0;
+      char message[512] = {0};
+      Backend* backend = p.create(options.device_index, &code, message, sizeof(message));
+      if (backend == nullptr) return Status(static_cast<StatusCode>(code), message);
+      return std::unique_ptr<Backend>(backend);
+    }
   }
   return InvalidArgumentError("unknown device");
 }
