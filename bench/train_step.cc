@@ -126,8 +126,8 @@ int Run(const std::vector<std::string>& args) {
     be.Synchronize();
     ++step;
   };
-  const double median = MedianSeconds(one_step, static_cast<int>(*warmup),
-                                      static_cast<int>(*steps));
+  const double median =
+      MedianSeconds(one_step, static_cast<int>(*warmup), static_cast<int>(*steps));
   double peak_gflops = *peak;
   if (peak_gflops <= 0) {  // the backend's 2048³ sgemm, best of 3
     const int64_t n = 2048;
@@ -137,8 +137,8 @@ int Run(const std::vector<std::string>& args) {
     be.Fill(ops::Tensor::F32(static_cast<float*>(bb), {n * n}, be.device()), 0.5f);
     const double s = MedianSeconds(
         [&] {
-          be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n,
-                  static_cast<float*>(bb), n, 0.0f, static_cast<float*>(c), n);
+          be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(bb),
+                  n, 0.0f, static_cast<float*>(c), n);
           be.Synchronize();
         },
         1, 3);

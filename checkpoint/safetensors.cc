@@ -52,13 +52,20 @@ Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path)
 
 const char* StDTypeName(StDType dtype) {
   switch (dtype) {
-    case StDType::kF32: return "F32";
-    case StDType::kF64: return "F64";
-    case StDType::kI32: return "I32";
-    case StDType::kI64: return "I64";
-    case StDType::kU8: return "U8";
-    case StDType::kBF16: return "BF16";
-    case StDType::kF16: return "F16";
+    case StDType::kF32:
+      return "F32";
+    case StDType::kF64:
+      return "F64";
+    case StDType::kI32:
+      return "I32";
+    case StDType::kI64:
+      return "I64";
+    case StDType::kU8:
+      return "U8";
+    case StDType::kBF16:
+      return "BF16";
+    case StDType::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -66,12 +73,16 @@ const char* StDTypeName(StDType dtype) {
 size_t StDTypeSize(StDType dtype) {
   switch (dtype) {
     case StDType::kF64:
-    case StDType::kI64: return 8;
+    case StDType::kI64:
+      return 8;
     case StDType::kF32:
-    case StDType::kI32: return 4;
+    case StDType::kI32:
+      return 4;
     case StDType::kBF16:
-    case StDType::kF16: return 2;
-    case StDType::kU8: return 1;
+    case StDType::kF16:
+      return 2;
+    case StDType::kU8:
+      return 1;
   }
   return 0;
 }
@@ -205,7 +216,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
 }
 
 StatusOr<const SafetensorsFile::Entry*> SafetensorsFile::Find(const std::string& name,
-                                                               StDType dtype) const {
+                                                              StDType dtype) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) return NotFoundError(path_ + ": no tensor " + name);
   const Entry& e = it->second;
@@ -221,8 +232,8 @@ StatusOr<const SafetensorsFile::Entry*> SafetensorsFile::Find(
   FB_ASSIGN_OR_RETURN(const Entry* found, Find(name, dtype));
   const Entry& e = *found;
   if (e.shape != shape) {
-    return InvalidArgumentError(path_ + ": tensor " + name + " has shape " +
-                                ShapeString(e.shape) + ", expected " + ShapeString(shape));
+    return InvalidArgumentError(path_ + ": tensor " + name + " has shape " + ShapeString(e.shape) +
+                                ", expected " + ShapeString(shape));
   }
   return &e;
 }

@@ -53,8 +53,7 @@ Status Grad(const Flags& flags) {
   FB_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
   FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(config_path));
   FB_ASSIGN_OR_RETURN(double jitter, flags.GetDouble("jitter", config.model.jitter));
-  FB_ASSIGN_OR_RETURN(Recompute recompute,
-                      worker::ParseRecompute(flags.Get("recompute", "none")));
+  FB_ASSIGN_OR_RETURN(Recompute recompute, worker::ParseRecompute(flags.Get("recompute", "none")));
   const std::string mixin = flags.Get("mixin", config.model.prefix_mixin ? "on" : "off");
   if (mixin != "on" && mixin != "off") {
     return InvalidArgumentError("--mixin: expected on or off, got '" + mixin + "'");
@@ -102,7 +101,8 @@ Status Grad(const Flags& flags) {
   }
   FB_RETURN_IF_ERROR(model->SaveGradients(out, scalars, masks, b, t));
   std::printf("loss.total %.6f", r.total);
-  for (size_t k = 0; k < r.pass_loss.size(); ++k) std::printf(" pass%zu %.6f", k + 1, r.pass_loss[k]);
+  for (size_t k = 0; k < r.pass_loss.size(); ++k)
+    std::printf(" pass%zu %.6f", k + 1, r.pass_loss[k]);
   std::printf("\n");
   return OkStatus();
 }
@@ -123,7 +123,8 @@ int RunModel(const std::vector<std::string>& args) {
   }
   if (args[0] == "grad") {
     StatusOr<Flags> flags = Flags::Parse(
-        rest, {"config", "weights", "batch", "passes", "jitter", "mixin", "seed", "recompute", "out"},
+        rest,
+        {"config", "weights", "batch", "passes", "jitter", "mixin", "seed", "recompute", "out"},
         {});
     if (!flags.ok()) return Fail(flags.status());
     const Status s = Grad(*flags);

@@ -60,22 +60,21 @@ int RunTrain(const std::vector<std::string>& args) {
   config->schedule.steps = *steps;
   const bool json = flags->Has("json");
   const int64_t every = config->runtime.log_every, total = config->schedule.steps;
-  StatusOr<worker::TrainSummary> summary =
-      worker::Train(*config, [&](const worker::StepRecord& r) {
-        if ((r.step + 1) % every == 0 || r.step == 0 || r.step + 1 == total) {
-          PrintRecord(r, total, json);
-        }
-      });
+  StatusOr<worker::TrainSummary> summary = worker::Train(*config, [&](const worker::StepRecord& r) {
+    if ((r.step + 1) % every == 0 || r.step == 0 || r.step + 1 == total) {
+      PrintRecord(r, total, json);
+    }
+  });
   if (!summary.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", summary.status().ToString().c_str());
     return summary.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   const worker::TrainSummary& s = *summary;
   if (json) {
-    std::printf("{\"summary\": true, \"steps\": %ld, \"tokens\": %ld, \"token_equivalents\": %ld, "
-                "\"seconds\": %.2f, \"tokens_per_s\": %.1f, \"peak_gflops\": %.1f}\n",
-                s.steps, s.tokens, s.token_equivalents, s.seconds, s.tokens / s.seconds,
-                s.peak_gflops);
+    std::printf(
+        "{\"summary\": true, \"steps\": %ld, \"tokens\": %ld, \"token_equivalents\": %ld, "
+        "\"seconds\": %.2f, \"tokens_per_s\": %.1f, \"peak_gflops\": %.1f}\n",
+        s.steps, s.tokens, s.token_equivalents, s.seconds, s.tokens / s.seconds, s.peak_gflops);
   } else {
     std::printf("done: %ld steps, %ld tokens, %ld token-equivalents in %.1f s (%.0f tok/s)\n",
                 s.steps, s.tokens, s.token_equivalents, s.seconds, s.tokens / s.seconds);

@@ -37,10 +37,10 @@ Status CallStatus(Code code, const char* expr, const char* file, int line) {
 
 #define FB_CALL(expr) ::fullband::internal::CallStatus((expr), #expr, __FILE__, __LINE__)
 
-#define FB_CALL_CHECK(expr)                                                      \
-  do {                                                                           \
-    auto fb_code_ = (expr);                                                      \
-    using FbCodeType_ = decltype(fb_code_);                                      \
-    FB_CHECK(::fullband::CallTraits<FbCodeType_>::Succeeded(fb_code_))           \
+#define FB_CALL_CHECK(expr)                                                             \
+  do {                                                                                  \
+    auto fb_code_ = (expr);                                                             \
+    using FbCodeType_ = decltype(fb_code_);                                             \
+    FB_CHECK(::fullband::CallTraits<FbCodeType_>::Succeeded(fb_code_))                  \
         << #expr << ": " << ::fullband::CallTraits<FbCodeType_>::ErrorString(fb_code_); \
   } while (0)

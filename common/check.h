@@ -25,8 +25,8 @@ struct Voidify {
 
 }  // namespace fullband::internal
 
-#define FB_CHECK(condition)                    \
-  (condition) ? (void)0                        \
+#define FB_CHECK(condition)                       \
+  (condition) ? (void)0                           \
               : ::fullband::internal::Voidify() & \
                     ::fullband::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 

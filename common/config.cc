@@ -123,8 +123,7 @@ class FieldReader {
     for (const auto& kv : map_) {
       const std::string key = kv.first.as<std::string>();
       if (!seen_.count(key)) {
-        return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + prefix_ +
-                                    key);
+        return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + prefix_ + key);
       }
     }
     return OkStatus();
@@ -207,7 +206,8 @@ class FieldReader {
                                       key);
         }
       }
-      if (!ph["until"]) return InvalidArgumentError(Where(source_, ph) + ": " + here + ".until is required");
+      if (!ph["until"])
+        return InvalidArgumentError(Where(source_, ph) + ": " + here + ".until is required");
       FB_RETURN_IF_ERROR(Read(ph["until"], here + ".until", phase.until));
       const YAML::Node mix = ph["mix"];
       if (!mix || !mix.IsMap() || mix.size() == 0) {
@@ -289,9 +289,12 @@ std::string_view FeedbackStateName(FeedbackState v) {
 }
 std::string_view RecomputeName(Recompute v) {
   switch (v) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -327,8 +330,8 @@ Status ModelConfig::Validate() const {
                                std::to_string(vocab_size) + ")");
   }
   if (ignore_id >= 0 && ignore_id < vocab_size) {
-    return Field("ignore_id", std::to_string(ignore_id) +
-                                  " is a token id; it must lie outside [0, vocab_size)");
+    return Field("ignore_id",
+                 std::to_string(ignore_id) + " is a token id; it must lie outside [0, vocab_size)");
   }
   if (!(z_loss >= 0)) return Field("z_loss", std::to_string(z_loss) + " must be >= 0");
   if (!(jitter >= 0)) return Field("jitter", std::to_string(jitter) + " must be >= 0");
@@ -349,21 +352,29 @@ Status SectionField(const char* section, const char* name, const std::string& wh
 }  // namespace
 
 Status DataConfig::Validate() const {
-  if (batch_size < 1) return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
-  if (seq_len < 1) return SectionField("data", "seq_len", std::to_string(seq_len) + " must be >= 1");
+  if (batch_size < 1)
+    return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
+  if (seq_len < 1)
+    return SectionField("data", "seq_len", std::to_string(seq_len) + " must be >= 1");
   return OkStatus();
 }
 
 Status OptimConfig::Validate() const {
   if (!(lr >= 0)) return SectionField("optim", "lr", std::to_string(lr) + " must be >= 0");
-  if (!(beta1 >= 0 && beta1 < 1)) return SectionField("optim", "beta1", std::to_string(beta1) + " must be in [0, 1)");
-  if (!(beta2 >= 0 && beta2 < 1)) return SectionField("optim", "beta2", std::to_string(beta2) + " must be in [0, 1)");
+  if (!(beta1 >= 0 && beta1 < 1))
+    return SectionField("optim", "beta1", std::to_string(beta1) + " must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1))
+    return SectionField("optim", "beta2", std::to_string(beta2) + " must be in [0, 1)");
   if (!(eps > 0)) return SectionField("optim", "eps", std::to_string(eps) + " must be > 0");
-  if (!(weight_decay >= 0)) return SectionField("optim", "weight_decay", std::to_string(weight_decay) + " must be >= 0");
-  if (!(grad_clip >= 0)) return SectionField("optim", "grad_clip", std::to_string(grad_clip) + " must be >= 0 (0: off)");
-  if (warmup_steps < 0) return SectionField("optim", "warmup_steps", std::to_string(warmup_steps) + " must be >= 0");
+  if (!(weight_decay >= 0))
+    return SectionField("optim", "weight_decay", std::to_string(weight_decay) + " must be >= 0");
+  if (!(grad_clip >= 0))
+    return SectionField("optim", "grad_clip", std::to_string(grad_clip) + " must be >= 0 (0: off)");
+  if (warmup_steps < 0)
+    return SectionField("optim", "warmup_steps", std::to_string(warmup_steps) + " must be >= 0");
   if (!(cooldown_fraction >= 0 && cooldown_fraction <= 1)) {
-    return SectionField("optim", "cooldown_fraction", std::to_string(cooldown_fraction) + " must be in [0, 1]");
+    return SectionField("optim", "cooldown_fraction",
+                        std::to_string(cooldown_fraction) + " must be in [0, 1]");
   }
   return OkStatus();
 }
@@ -418,8 +429,10 @@ Status RuntimeConfig::Validate() const {
   if (device != "cpu" && device != "cuda") {
     return SectionField("runtime", "device", "expected cpu or cuda, got '" + device + "'");
   }
-  if (threads < 0) return SectionField("runtime", "threads", std::to_string(threads) + " must be >= 0");
-  if (log_every < 1) return SectionField("runtime", "log_every", std::to_string(log_every) + " must be >= 1");
+  if (threads < 0)
+    return SectionField("runtime", "threads", std::to_string(threads) + " must be >= 0");
+  if (log_every < 1)
+    return SectionField("runtime", "log_every", std::to_string(log_every) + " must be >= 1");
   if (!(peak_gflops >= 0)) return SectionField("runtime", "peak_gflops", "must be >= 0");
   return OkStatus();
 }

@@ -18,7 +18,7 @@
 
 namespace fullband {
 
-enum class FeedbackLoss { kMean, kSum };        // total = ℓ1 + mean(ℓ2..K) | ℓ1 + ... + ℓK
+enum class FeedbackLoss { kMean, kSum };  // total = ℓ1 + mean(ℓ2..K) | ℓ1 + ... + ℓK
 enum class FeedbackState { kPostNorm, kPreNorm };  // h[k] after the final norm | before it
 
 // Activation recomputation of the K-pass step (docs/MODEL.md, Note [Recomputation]).
@@ -30,28 +30,28 @@ std::string_view RecomputeName(Recompute v);
 
 // The latent-feedback transformer (DESIGN Appendix A); defaults are the paper's 1B model.
 struct ModelConfig {
-  int64_t vocab_size = 100352;  // V, padded Phi-4 vocabulary
-  int64_t d_model = 1536;       // D
-  int64_t n_layers = 24;        // L
-  int64_t n_heads = 16;         // H, query heads
-  int64_t n_kv_heads = 8;       // Hkv, key/value heads (GQA); divides H
-  int64_t head_dim = 96;        // Dh, even (RoPE pairs (i, i + Dh/2))
-  int64_t ffn_dim = 6656;       // F, SwiGLU hidden size
-  int64_t max_seq_len = 8192;   // longest sequence the model is trained or run on
-  double rope_theta = 10000;    // RoPE base
-  bool qk_norm = true;          // per-head RMSNorm of q and k
-  bool attn_gate = true;        // headwise sigmoid output gate
-  int64_t window = 2048;        // W, sliding window of windowed layers; 0 = no window
+  int64_t vocab_size = 100352;       // V, padded Phi-4 vocabulary
+  int64_t d_model = 1536;            // D
+  int64_t n_layers = 24;             // L
+  int64_t n_heads = 16;              // H, query heads
+  int64_t n_kv_heads = 8;            // Hkv, key/value heads (GQA); divides H
+  int64_t head_dim = 96;             // Dh, even (RoPE pairs (i, i + Dh/2))
+  int64_t ffn_dim = 6656;            // F, SwiGLU hidden size
+  int64_t max_seq_len = 8192;        // longest sequence the model is trained or run on
+  double rope_theta = 10000;         // RoPE base
+  bool qk_norm = true;               // per-head RMSNorm of q and k
+  bool attn_gate = true;             // headwise sigmoid output gate
+  int64_t window = 2048;             // W, sliding window of windowed layers; 0 = no window
   int64_t full_attention_every = 6;  // layer l is full when (l + 1) % this == 0; 0 = never
-  bool depth_scaling = true;    // residual branches scaled by 1/sqrt(L)
-  int64_t eod_id = 100257;      // <|endoftext|>: a segment starts after it
-  int64_t ignore_id = -1;       // targets equal to this are not counted
-  double z_loss = 1.0e-5;       // weight of mean(logsumexp²); 0 disables
+  bool depth_scaling = true;         // residual branches scaled by 1/sqrt(L)
+  int64_t eod_id = 100257;           // <|endoftext|>: a segment starts after it
+  int64_t ignore_id = -1;            // targets equal to this are not counted
+  double z_loss = 1.0e-5;            // weight of mean(logsumexp²); 0 disables
   FeedbackLoss feedback_loss = FeedbackLoss::kMean;
   FeedbackState feedback_state = FeedbackState::kPostNorm;
-  double jitter = 0.02;         // ξ ~ U(-jitter, jitter) added to h during training
-  bool prefix_mixin = true;     // per segment and pass, a random plain prefix
-  bool pass1_input_norm = true; // pass 1 input is RMSNorm(e; norm_in) (false: e itself)
+  double jitter = 0.02;          // ξ ~ U(-jitter, jitter) added to h during training
+  bool prefix_mixin = true;      // per segment and pass, a random plain prefix
+  bool pass1_input_norm = true;  // pass 1 input is RMSNorm(e; norm_in) (false: e itself)
 
   // OK, or INVALID_ARGUMENT naming the first bad field as "model.<field>".
   Status Validate() const;
@@ -63,10 +63,10 @@ struct ModelConfig {
 
 // Where the training tokens come from and how batches are shaped.
 struct DataConfig {
-  std::string path;         // flat file of little-endian uint32 token ids (train reads it)
-  int64_t batch_size = 8;   // B, sequences per step
-  int64_t seq_len = 256;    // T, input tokens per sequence (each reads T + 1 tokens)
-  int64_t seed = 0;         // the sampler's permutation seed
+  std::string path;        // flat file of little-endian uint32 token ids (train reads it)
+  int64_t batch_size = 8;  // B, sequences per step
+  int64_t seq_len = 256;   // T, input tokens per sequence (each reads T + 1 tokens)
+  int64_t seed = 0;        // the sampler's permutation seed
 
   // (seq_len against model.max_seq_len is checked where the model is built.)
   Status Validate() const;
@@ -75,15 +75,15 @@ struct DataConfig {
 
 // AdamW with decoupled weight decay, global-norm clipping, warmup–stable–decay learning rate.
 struct OptimConfig {
-  double lr = 5.0e-4;            // peak learning rate
+  double lr = 5.0e-4;  // peak learning rate
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1.0e-8;
-  double weight_decay = 0.1;     // on matrices; see the two switches below
-  bool decay_embedding = false;  // also decay the (tied) embedding
-  bool decay_norms = false;      // also decay RMSNorm gains
-  double grad_clip = 1.0;        // max global gradient norm; 0 disables
-  int64_t warmup_steps = 200;    // linear warmup from 0 to lr
+  double weight_decay = 0.1;        // on matrices; see the two switches below
+  bool decay_embedding = false;     // also decay the (tied) embedding
+  bool decay_norms = false;         // also decay RMSNorm gains
+  double grad_clip = 1.0;           // max global gradient norm; 0 disables
+  int64_t warmup_steps = 200;       // linear warmup from 0 to lr
   double cooldown_fraction = 0.25;  // last fraction of the steps decays linearly to 0
 
   Status Validate() const;
@@ -112,14 +112,14 @@ struct ScheduleConfig {
 
 // How this process runs.
 struct RuntimeConfig {
-  std::string device = "cpu";       // cpu | cuda
-  int64_t threads = 0;              // CPU threads; 0 = all cores
+  std::string device = "cpu";  // cpu | cuda
+  int64_t threads = 0;         // CPU threads; 0 = all cores
   Recompute recompute = Recompute::kNone;
-  int64_t log_every = 10;           // steps between log lines
-  int64_t init_seed = 0;            // parameter initialization seed
-  std::string init_from;            // safetensors weights to start from instead ("" = init)
-  std::string save_to;              // safetensors weights written at the end ("" = none)
-  double peak_gflops = 0;           // the MFU denominator; 0 = measure sgemm at start
+  int64_t log_every = 10;  // steps between log lines
+  int64_t init_seed = 0;   // parameter initialization seed
+  std::string init_from;   // safetensors weights to start from instead ("" = init)
+  std::string save_to;     // safetensors weights written at the end ("" = none)
+  double peak_gflops = 0;  // the MFU denominator; 0 = measure sgemm at start
 
   Status Validate() const;
   bool operator==(const RuntimeConfig&) const = default;

@@ -33,8 +33,8 @@ class LogMessage {
 #define FB_LOG_LEVEL_WARNING ::fullband::LogLevel::kWarning
 #define FB_LOG_LEVEL_ERROR ::fullband::LogLevel::kError
 
-#define FB_LOG(level)                                     \
-  !::fullband::LogEnabled(FB_LOG_LEVEL_##level)           \
-      ? (void)0                                           \
-      : ::fullband::internal::Voidify() &                 \
+#define FB_LOG(level)                           \
+  !::fullband::LogEnabled(FB_LOG_LEVEL_##level) \
+      ? (void)0                                 \
+      : ::fullband::internal::Voidify() &       \
             ::fullband::internal::LogMessage(FB_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

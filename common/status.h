@@ -114,15 +114,15 @@ class [[nodiscard]] StatusOr {
 #define FB_STATUS_CONCAT(a, b) FB_STATUS_CONCAT_INNER(a, b)
 
 // Returns early from the enclosing function if `expr` (a Status) is not OK.
-#define FB_RETURN_IF_ERROR(expr)                                      \
-  do {                                                                \
-    ::fullband::Status fb_status_ = (expr);                           \
-    if (!fb_status_.ok()) return fb_status_;                          \
+#define FB_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::fullband::Status fb_status_ = (expr);  \
+    if (!fb_status_.ok()) return fb_status_; \
   } while (0)
 
 // `FB_ASSIGN_OR_RETURN(auto x, Foo());` declares x from a StatusOr or returns its error.
-#define FB_ASSIGN_OR_RETURN(lhs, expr)                                              \
-  auto FB_STATUS_CONCAT(fb_statusor_, __LINE__) = (expr);                           \
-  if (!FB_STATUS_CONCAT(fb_statusor_, __LINE__).ok())                               \
-    return FB_STATUS_CONCAT(fb_statusor_, __LINE__).status();                       \
+#define FB_ASSIGN_OR_RETURN(lhs, expr)                        \
+  auto FB_STATUS_CONCAT(fb_statusor_, __LINE__) = (expr);     \
+  if (!FB_STATUS_CONCAT(fb_statusor_, __LINE__).ok())         \
+    return FB_STATUS_CONCAT(fb_statusor_, __LINE__).status(); \
   lhs = std::move(FB_STATUS_CONCAT(fb_statusor_, __LINE__)).value()

@@ -10,8 +10,7 @@ StatusOr<Arena> Arena::Create(Backend* backend, size_t capacity) {
 }
 
 Arena::Arena(Arena&& other) noexcept
-    : backend_(other.backend_), base_(other.base_), capacity_(other.capacity_),
-      used_(other.used_) {
+    : backend_(other.backend_), base_(other.base_), capacity_(other.capacity_), used_(other.used_) {
   other.base_ = nullptr;
   other.capacity_ = other.used_ = 0;
 }
@@ -35,8 +34,8 @@ Tensor Arena::Take(DType dtype, Shape shape) {
   constexpr size_t kAlign = 64;
   const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
   const size_t start = (used_ + kAlign - 1) / kAlign * kAlign;
-  FB_CHECK(start + bytes <= capacity_) << "arena of " << capacity_ << " bytes cannot take "
-                                       << bytes << " more at " << start;
+  FB_CHECK(start + bytes <= capacity_)
+      << "arena of " << capacity_ << " bytes cannot take " << bytes << " more at " << start;
   used_ = start + bytes;
   return Tensor(static_cast<char*>(base_) + start, dtype, shape, backend_->device());
 }

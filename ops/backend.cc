@@ -51,7 +51,8 @@ CudaPlugin LoadCudaPlugin() {
       p.error = std::string("cannot load ") + path + ": " + dlerror();
       continue;
     }
-    auto abi = reinterpret_cast<FullbandCudaPluginAbiFn>(dlsym(p.handle, "fullband_cuda_plugin_abi"));
+    auto abi =
+        reinterpret_cast<FullbandCudaPluginAbiFn>(dlsym(p.handle, "fullband_cuda_plugin_abi"));
     p.available = reinterpret_cast<FullbandCudaDeviceAvailableFn>(
         dlsym(p.handle, "fullband_cuda_device_available"));
     p.create = reinterpret_cast<FullbandCudaCreateBackendFn>(

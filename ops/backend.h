@@ -59,8 +59,8 @@ class Backend {
   virtual void CopyFromHost(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
-  virtual void Fill(Tensor x, float value) = 0;                      // f32 only
-  virtual void Zero(Tensor x) = 0;                                   // any dtype
+  virtual void Fill(Tensor x, float value) = 0;                     // f32 only
+  virtual void Zero(Tensor x) = 0;                                  // any dtype
   virtual void Synchronize() = 0;
 
   // ---- GEMM. Row-major C[i] = alpha * op(A[i]) op(B[i]) + beta * C[i] for i < batch, with
@@ -160,7 +160,7 @@ class Backend {
 
 struct BackendOptions {
   Device device = Device::kCpu;
-  int num_threads = 0;  // CPU: worker threads, 0 = all cores
+  int num_threads = 0;   // CPU: worker threads, 0 = all cores
   int device_index = 0;  // CUDA: which GPU
 };
 

@@ -31,16 +31,15 @@ ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Te
     const Tensor lc(loss + r0, DType::kF32, {rows}, h.device);
     const Tensor sc(lse + r0, DType::kF32, {rows}, h.device);
     // logits = h_chunk Eᵀ   (rows, V)
-    backend.Gemm(false, true, rows, v, d, 1.0f, hc.f32(), d, embed.f32(), d, 0.0f, logits.f32(),
-                 v);
+    backend.Gemm(false, true, rows, v, d, 1.0f, hc.f32(), d, embed.f32(), d, 0.0f, logits.f32(), v);
     backend.CrossEntropyForward(lc, sc, logits, tc, ignore_id);
     if (!backward) continue;
     backend.CrossEntropyBackward(logits, logits, sc, tc, ce_scale, z_scale, ignore_id);
     // dh_chunk = dlogits E   (rows, D);   dE += dlogitsᵀ h_chunk   (V, D)
     backend.Gemm(false, false, rows, d, v, 1.0f, logits.f32(), v, embed.f32(), d, 0.0f,
                  dh.f32() + r0 * d, d);
-    backend.Gemm(true, false, v, d, rows, 1.0f, logits.f32(), v, hc.f32(), d, 1.0f,
-                 dembed.f32(), d);
+    backend.Gemm(true, false, v, d, rows, 1.0f, logits.f32(), v, hc.f32(), d, 1.0f, dembed.f32(),
+                 d);
   }
   std::vector<float> host_loss(n), host_lse(n);
   backend.CopyToHost(host_loss.data(), loss, n * sizeof(float));

@@ -29,17 +29,27 @@ Status ModelFromProto(const proto::ModelConfig& p, ModelConfig& m) {
   FB_FROM_PROTO(prefix_mixin);
   FB_FROM_PROTO(pass1_input_norm);
   switch (p.feedback_loss()) {
-    case proto::FEEDBACK_LOSS_UNSPECIFIED: break;
-    case proto::FEEDBACK_LOSS_MEAN: m.feedback_loss = FeedbackLoss::kMean; break;
-    case proto::FEEDBACK_LOSS_SUM: m.feedback_loss = FeedbackLoss::kSum; break;
+    case proto::FEEDBACK_LOSS_UNSPECIFIED:
+      break;
+    case proto::FEEDBACK_LOSS_MEAN:
+      m.feedback_loss = FeedbackLoss::kMean;
+      break;
+    case proto::FEEDBACK_LOSS_SUM:
+      m.feedback_loss = FeedbackLoss::kSum;
+      break;
     default:
       return InvalidArgumentError("model.feedback_loss: unknown enum value " +
                                   std::to_string(p.feedback_loss()));
   }
   switch (p.feedback_state()) {
-    case proto::FEEDBACK_STATE_UNSPECIFIED: break;
-    case proto::FEEDBACK_STATE_POST_NORM: m.feedback_state = FeedbackState::kPostNorm; break;
-    case proto::FEEDBACK_STATE_PRE_NORM: m.feedback_state = FeedbackState::kPreNorm; break;
+    case proto::FEEDBACK_STATE_UNSPECIFIED:
+      break;
+    case proto::FEEDBACK_STATE_POST_NORM:
+      m.feedback_state = FeedbackState::kPostNorm;
+      break;
+    case proto::FEEDBACK_STATE_PRE_NORM:
+      m.feedback_state = FeedbackState::kPreNorm;
+      break;
     default:
       return InvalidArgumentError("model.feedback_state: unknown enum value " +
                                   std::to_string(p.feedback_state()));

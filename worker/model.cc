@@ -63,14 +63,14 @@ struct LayerParams {
 
 // What one layer's forward keeps for its backward. N = B·T rows.
 struct LayerActs {
-  Tensor a, rstd_a;              // (N, D), (N): attention-norm output
-  Tensor q_raw, rstd_q, q;       // (N, H, Dh) projection, (N·H), normed + rotated
-  Tensor k_raw, rstd_k, k, v;    // (N, Hkv, Dh) ...
-  Tensor o, lse;                 // (N, H, Dh) attention output, (B, H, T)
-  Tensor gate, og;               // (N, H) gate logits, (N, H, Dh) gated output
-  Tensor x_mid;                  // (N, D) residual after attention
-  Tensor m, rstd_m;              // (N, D), (N): ffn-norm output
-  Tensor g1, g3, s;              // (N, F): gate, up, swiglu
+  Tensor a, rstd_a;            // (N, D), (N): attention-norm output
+  Tensor q_raw, rstd_q, q;     // (N, H, Dh) projection, (N·H), normed + rotated
+  Tensor k_raw, rstd_k, k, v;  // (N, Hkv, Dh) ...
+  Tensor o, lse;               // (N, H, Dh) attention output, (B, H, T)
+  Tensor gate, og;             // (N, H) gate logits, (N, H, Dh) gated output
+  Tensor x_mid;                // (N, D) residual after attention
+  Tensor m, rstd_m;            // (N, D), (N): ffn-norm output
+  Tensor g1, g3, s;            // (N, F): gate, up, swiglu
 };
 
 // `ffn`: whether to carve g1, g3 and s (selective recomputation shares them instead).
@@ -115,14 +115,14 @@ struct PassActs {
 
 // Scratch shared by every layer and pass.
 struct Scratch {
-  Tensor branch, x_re;            // (N, D) forward branch output; recomputed layer output
+  Tensor branch, x_re;  // (N, D) forward branch output; recomputed layer output
   Tensor dx, dbranch, dxn, da, du, de, dg_fb, dng;  // (N, D)
-  Tensor ds, dg1, dg3;            // (N, F)
-  Tensor dog, dout_att, dq;       // (N, H, Dh)
-  Tensor dgate;                   // (N, H)
-  Tensor dk, dv;                  // (N, Hkv, Dh)
-  Tensor tokens, targets;         // (N) i32
-  Tensor e, ng, rstd_g, gate_fb;  // (N, D) embeddings, RMSNorm(e; norm_g), (N), its W_g product
+  Tensor ds, dg1, dg3;                              // (N, F)
+  Tensor dog, dout_att, dq;                         // (N, H, Dh)
+  Tensor dgate;                                     // (N, H)
+  Tensor dk, dv;                                    // (N, Hkv, Dh)
+  Tensor tokens, targets;                           // (N) i32
+  Tensor e, ng, rstd_g, gate_fb;     // (N, D) embeddings, RMSNorm(e; norm_g), (N), its W_g product
   Tensor logits, row_loss, row_lse;  // readout chunk (rows, V), (N), (N)
 };
 
@@ -158,8 +158,12 @@ struct Dims {
 };
 
 Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t) {
-  return Dims{b, t, b * t, m.d_model, m.n_heads, m.n_kv_heads, m.head_dim, m.ffn_dim, m.n_layers,
-              m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f};
+  return Dims{
+      b,          t,
+      b * t,      m.d_model,
+      m.n_heads,  m.n_kv_heads,
+      m.head_dim, m.ffn_dim,
+      m.n_layers, m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f};
 }
 
 // Note [Recomputation]: with `selective`, g1, g3 and s of every layer share one scratch and
@@ -253,10 +257,8 @@ void LayerBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const Lay
   be.RopeBackward(dk4, dk4, theta);
   if (cfg.qk_norm) {  // in place: gradients at q_raw and k_raw
     const Tensor dqr = s.dq.Reshape({d.n * d.h, d.dh}), dkr = s.dk.Reshape({d.n * d.kv, d.dh});
-    be.RmsNormBackward(dqr, g.q_norm, dqr, a.q_raw.Reshape({d.n * d.h, d.dh}), p.q_norm,
-                       a.rstd_q);
-    be.RmsNormBackward(dkr, g.k_norm, dkr, a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm,
-                       a.rstd_k);
+    be.RmsNormBackward(dqr, g.q_norm, dqr, a.q_raw.Reshape({d.n * d.h, d.dh}), p.q_norm, a.rstd_q);
+    be.RmsNormBackward(dkr, g.k_norm, dkr, a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm, a.rstd_k);
   }
   LinearBackwardWeight(be, g.wq, s.dq, a.a);
   LinearBackwardWeight(be, g.wk, s.dk, a.a);
@@ -380,7 +382,10 @@ void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, 
 // ---------------------------------------------------------------------------------------------
 
 Model::Model(const ModelConfig& config, const ModelShape& shape, Backend* backend)
-    : config_(config), shape_(shape), backend_(backend), table_(ParameterTable::Build(config)),
+    : config_(config),
+      shape_(shape),
+      backend_(backend),
+      table_(ParameterTable::Build(config)),
       impl_(std::make_unique<Impl>()) {}
 
 Model::~Model() = default;
@@ -389,14 +394,13 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
                                                Backend* backend) {
   FB_RETURN_IF_ERROR(config.Validate());
   if (shape.max_batch < 1 || shape.max_seq < 1 || shape.max_passes < 1) {
-    return InvalidArgumentError("model shape: batch " + std::to_string(shape.max_batch) +
-                                ", seq " + std::to_string(shape.max_seq) + ", passes " +
+    return InvalidArgumentError("model shape: batch " + std::to_string(shape.max_batch) + ", seq " +
+                                std::to_string(shape.max_seq) + ", passes " +
                                 std::to_string(shape.max_passes) + " must all be >= 1");
   }
   if (shape.max_seq > config.max_seq_len) {
     return InvalidArgumentError("sequence length " + std::to_string(shape.max_seq) +
-                                " exceeds model.max_seq_len " +
-                                std::to_string(config.max_seq_len));
+                                " exceeds model.max_seq_len " + std::to_string(config.max_seq_len));
   }
   std::unique_ptr<Model> model(new Model(config, shape, backend));
   Impl& im = *model->impl_;
@@ -512,10 +516,10 @@ Status Model::SaveParameters(const std::string& path) const {
   return checkpoint::WriteSafetensors(path, refs, {{"format", "pt"}, {"producer", "fullband"}});
 }
 
-Status Model::SaveGradients(
-    const std::string& path, const std::vector<std::pair<std::string, float>>& scalars,
-    const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks, int64_t batch,
-    int64_t seq) const {
+Status Model::SaveGradients(const std::string& path,
+                            const std::vector<std::pair<std::string, float>>& scalars,
+                            const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks,
+                            int64_t batch, int64_t seq) const {
   const std::vector<std::vector<float>> host = DownloadAll(*backend_, table_, grads_all_.f32());
   std::vector<checkpoint::StTensorRef> refs;
   for (const auto& [name, value] : scalars) {
@@ -558,8 +562,8 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
   for (int64_t bi = 0; bi < batch; ++bi) {
     for (int64_t ti = 0; ti <= seq; ++ti) {
       const int32_t tok = tokens[bi * (seq + 1) + ti];
-      const std::string where = " at batch row " + std::to_string(bi) + ", position " +
-                                std::to_string(ti);
+      const std::string where =
+          " at batch row " + std::to_string(bi) + ", position " + std::to_string(ti);
       if (tok == cfg.ignore_id && ti < seq) {
         return InvalidArgumentError("token " + std::to_string(tok) + where +
                                     " is ignore_id, which an input (positions 0..T-1) may not be");
@@ -608,8 +612,7 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
       }
     } else {
       const PassActs& prev = im.passes[k - 2];
-      CopyTensor(be, p.hhat, cfg.feedback_state == FeedbackState::kPostNorm ? prev.h
-                                                                            : prev.x[d.l]);
+      CopyTensor(be, p.hhat, cfg.feedback_state == FeedbackState::kPostNorm ? prev.h : prev.x[d.l]);
       if (options.jitter > 0) {
         noise.resize(n * d.d);
         for (float& x : noise) x = static_cast<float>((2.0 * rng.Uniform() - 1.0) * options.jitter);
@@ -639,8 +642,8 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     const float z_scale = counted ? static_cast<float>(w * cfg.z_loss / counted) : 0.0f;
     const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
         be, p.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
-        {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale,
-        options.backward ? p.dh : Tensor(), options.backward ? im.d_embed : Tensor());
+        {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
+        options.backward ? im.d_embed : Tensor());
     const double ce = counted ? sums.ce_sum / counted : 0.0;
     const double z = counted ? sums.z_sum / counted : 0.0;
     result.pass_ce.push_back(ce);

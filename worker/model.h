@@ -35,11 +35,11 @@ struct ModelShape {
 };
 
 struct StepOptions {
-  int passes = 1;            // K >= 1
-  double jitter = 0.0;       // ξ ~ U(-jitter, jitter) on h before feedback (0: none)
-  bool prefix_mixin = false; // per segment and pass, a random plain prefix
-  uint64_t seed = 0;         // draws of the jitter and the mixin
-  bool backward = true;      // false: losses only
+  int passes = 1;             // K >= 1
+  double jitter = 0.0;        // ξ ~ U(-jitter, jitter) on h before feedback (0: none)
+  bool prefix_mixin = false;  // per segment and pass, a random plain prefix
+  uint64_t seed = 0;          // draws of the jitter and the mixin
+  bool backward = true;       // false: losses only
 };
 
 struct StepResult {
@@ -54,8 +54,8 @@ struct StepResult {
 class Model {
  public:
   // Validates the config and shape, builds the table and allocates every arena.
-  static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config,
-                                                 const ModelShape& shape, ops::Backend* backend);
+  static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, const ModelShape& shape,
+                                                 ops::Backend* backend);
   ~Model();
 
   const ModelConfig& config() const { return config_; }

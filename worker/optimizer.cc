@@ -18,8 +18,7 @@ double LearningRate(const OptimConfig& o, int64_t step, int64_t total_steps) {
 }
 
 StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const OptimConfig& optim,
-                                               const ParameterTable& table,
-                                               ops::Backend* backend) {
+                                               const ParameterTable& table, ops::Backend* backend) {
   std::unique_ptr<AdamW> opt(new AdamW(optim, table, backend));
   const size_t bytes = static_cast<size_t>(table.total_numel()) * sizeof(float);
   FB_ASSIGN_OR_RETURN(ops::Arena m, ops::Arena::Create(backend, bytes));

@@ -21,7 +21,7 @@ namespace fullband::worker {
 double LearningRate(const OptimConfig& optim, int64_t step, int64_t total_steps);
 
 struct OptimizerStats {
-  double grad_norm = 0;  // global L2 norm before clipping
+  double grad_norm = 0;   // global L2 norm before clipping
   double clip_scale = 1;  // factor applied to the gradients (1: not clipped)
   double lr = 0;
 };

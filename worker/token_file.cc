@@ -13,8 +13,7 @@
 
 namespace fullband::worker {
 
-StatusOr<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size,
-                                    int64_t seq_len) {
+StatusOr<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size, int64_t seq_len) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return NotFoundError("cannot open token file " + path + ": " + std::strerror(errno));
@@ -51,12 +50,20 @@ StatusOr<TokenFile> TokenFile::Open(const std::string& path, int64_t vocab_size,
 }
 
 TokenFile::TokenFile(std::string path, const uint32_t* data, size_t bytes, int64_t seq_len)
-    : path_(std::move(path)), data_(data), bytes_(bytes),
-      num_tokens_(static_cast<int64_t>(bytes / 4)), seq_len_(seq_len) {}
+    : path_(std::move(path)),
+      data_(data),
+      bytes_(bytes),
+      num_tokens_(static_cast<int64_t>(bytes / 4)),
+      seq_len_(seq_len) {}
 
 TokenFile::TokenFile(TokenFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(o.data_), bytes_(o.bytes_), num_tokens_(o.num_tokens_),
-      seq_len_(o.seq_len_), order_epoch_(o.order_epoch_), order_seed_(o.order_seed_),
+    : path_(std::move(o.path_)),
+      data_(o.data_),
+      bytes_(o.bytes_),
+      num_tokens_(o.num_tokens_),
+      seq_len_(o.seq_len_),
+      order_epoch_(o.order_epoch_),
+      order_seed_(o.order_seed_),
       order_(std::move(o.order_)) {
   o.data_ = nullptr;
 }
@@ -85,7 +92,8 @@ void TokenFile::ReadBatch(uint64_t seed, int64_t cursor, int64_t batch, int32_t*
     const int64_t position = cursor + b;
     const int64_t seq = SequenceAt(seed, position / n, position % n);
     const uint32_t* src = data_ + seq * seq_len_;
-    for (int64_t t = 0; t <= seq_len_; ++t) out[b * (seq_len_ + 1) + t] = static_cast<int32_t>(src[t]);
+    for (int64_t t = 0; t <= seq_len_; ++t)
+      out[b * (seq_len_ + 1) + t] = static_cast<int32_t>(src[t]);
   }
 }
 

@@ -30,8 +30,8 @@ double MeasurePeakGflops(ops::Backend& be) {
   double best = 0;
   for (int i = 0; i < 4; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(b), n,
-            0.0f, static_cast<float*>(c), n);
+    be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(b), n, 0.0f,
+            static_cast<float*>(c), n);
     be.Synchronize();
     if (i > 0) best = std::max(best, 2.0 * n * n * n / Seconds(t0) / 1e9);
   }
@@ -71,17 +71,16 @@ StatusOr<TrainSummary> Train(const Config& config,
                       AdamW::Create(config.optim, model->table(), backend.get()));
 
   TrainSummary summary;
-  summary.peak_gflops = config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops
-                                                       : MeasurePeakGflops(*backend);
-  const double flops_per_token =
-      ModelFlopsPerToken(m, model->table().CountParameters(), t);
+  summary.peak_gflops =
+      config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
+  const double flops_per_token = ModelFlopsPerToken(m, model->table().CountParameters(), t);
   FB_LOG(INFO) << "training " << model->table().CountParameters() << " parameters on "
                << backend->name() << ": " << data.num_tokens() << " tokens in "
                << data.num_sequences() << " sequences of " << t + 1 << ", batch " << b << ", "
                << config.schedule.steps << " steps, up to " << shape.max_passes
                << " passes, recompute " << RecomputeName(shape.recompute) << ", activations "
-               << model->activation_bytes() / (1 << 20) << " MiB, MFU peak "
-               << summary.peak_gflops << " GFLOP/s";
+               << model->activation_bytes() / (1 << 20) << " MiB, MFU peak " << summary.peak_gflops
+               << " GFLOP/s";
 
   std::vector<int32_t> tokens(b * (t + 1));
   const auto start = std::chrono::steady_clock::now();

@@ -25,9 +25,9 @@ struct StepRecord {
   int64_t tokens = 0;             // cumulative input tokens
   int64_t token_equivalents = 0;  // cumulative tokens × passes
   double step_seconds = 0;
-  double tokens_per_s = 0;        // this step's tokens / its wall time
-  double model_flops = 0;         // this step's model FLOPs
-  double mfu = 0;                 // model FLOPs / time / peak
+  double tokens_per_s = 0;  // this step's tokens / its wall time
+  double model_flops = 0;   // this step's model FLOPs
+  double mfu = 0;           // model FLOPs / time / peak
 };
 
 struct TrainSummary {

@@ -29,13 +29,15 @@ struct Geometry {
   int64_t ldq() const { return h * dh; }
   int64_t ldkv() const { return hkv * dh; }
   // Keys visible from query `row`: [KeyBegin(row), row].
-  int64_t KeyBegin(int64_t row) const { return window > 0 ? std::max<int64_t>(0, row - window + 1) : 0; }
+  int64_t KeyBegin(int64_t row) const {
+    return window > 0 ? std::max<int64_t>(0, row - window + 1) : 0;
+  }
 };
 
 Geometry MakeGeometry(const Tensor& q, const Tensor& k, const Tensor& v,
                       const AttentionOptions& options) {
-  FB_CHECK(q.rank() == 4 && k.rank() == 4 && v.shape == k.shape) << q.ToString() << " "
-                                                                  << k.ToString();
+  FB_CHECK(q.rank() == 4 && k.rank() == 4 && v.shape == k.shape)
+      << q.ToString() << " " << k.ToString();
   Geometry g;
   g.b = q.dim(0);
   g.t = q.dim(1);
@@ -88,9 +90,9 @@ FB_CPU_CLONES void SoftmaxRows(float* s, float* lse, int64_t rows, int64_t n, in
 
 // P = exp(S - lse) on the valid entries, 0 elsewhere; then dS = P ⊙ (dP - rowdot) in place of
 // dP, where rowdot[i] = Σ_d dO[i,d]·O[i,d].
-FB_CPU_CLONES void SoftmaxBackwardRows(float* p, float* dp, const float* lse,
-                                       const float* rowdot, int64_t rows, int64_t n, int64_t t0,
-                                       int64_t k0, const Geometry& g) {
+FB_CPU_CLONES void SoftmaxBackwardRows(float* p, float* dp, const float* lse, const float* rowdot,
+                                       int64_t rows, int64_t n, int64_t t0, int64_t k0,
+                                       const Geometry& g) {
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t t = t0 + i;
     const int64_t lo = g.KeyBegin(t) - k0, hi = t - k0 + 1;
@@ -154,8 +156,8 @@ void CpuBackend::AttentionForward(Tensor out, Tensor lse, Tensor q, Tensor k, Te
   }
 }
 
-void CpuBackend::AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                                   Tensor k, Tensor v, Tensor out, Tensor lse,
+void CpuBackend::AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
+                                   Tensor v, Tensor out, Tensor lse,
                                    const AttentionOptions& options) {
   const Geometry g = MakeGeometry(q, k, v, options);
   FB_CHECK(dq.shape == q.shape && dout.shape == q.shape && out.shape == q.shape);
@@ -202,8 +204,8 @@ void CpuBackend::AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout,
             for (int64_t d = 0; d < g.dh; ++d) acc += dob[i * g.ldq() + d] * ob[i * g.ldq() + d];
             rowdot[i] = acc;
           }
-          GemmSerial(false, true, rows, n, g.dh, g.scale, qb, g.ldq(), kh + k0 * g.ldkv(),
-                     g.ldkv(), 0.0f, p, n);
+          GemmSerial(false, true, rows, n, g.dh, g.scale, qb, g.ldq(), kh + k0 * g.ldkv(), g.ldkv(),
+                     0.0f, p, n);
           GemmSerial(false, true, rows, n, g.dh, 1.0f, dob, g.ldq(), vh + k0 * g.ldkv(), g.ldkv(),
                      0.0f, dp, n);
           SoftmaxBackwardRows(p, dp, lh + t0, rowdot, rows, n, t0, k0, g);

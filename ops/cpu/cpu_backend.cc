@@ -78,14 +78,16 @@ void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 }
 
 CpuBackend::CpuBackend(int num_threads)
-    : threads_(num_threads > 0 ? num_threads
-                               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+    : threads_(num_threads > 0
+                   ? num_threads
+                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
   // oneDNN sizes its parallel regions from the OpenMP default; this backend owns that setting.
   omp_set_num_threads(threads_);
-  isa_ = __builtin_cpu_supports("avx512f")  ? "avx512"
-         : __builtin_cpu_supports("avx2") ? "avx2"
-                                          : "sse";
-  for (int i = 0; i < threads_ * kScratchSlots; ++i) scratch_.push_back(std::make_unique<Scratch>());
+  isa_ = __builtin_cpu_supports("avx512f") ? "avx512"
+         : __builtin_cpu_supports("avx2")  ? "avx2"
+                                           : "sse";
+  for (int i = 0; i < threads_ * kScratchSlots; ++i)
+    scratch_.push_back(std::make_unique<Scratch>());
 }
 
 CpuBackend::~CpuBackend() {
@@ -102,12 +104,12 @@ Scratch& CpuBackend::ThreadScratch(int thread, int slot) {
 }
 
 StatusOr<void*> CpuBackend::Allocate(size_t bytes) {
-  const size_t rounded = std::max<size_t>((bytes + kHugePage - 1) / kHugePage * kHugePage,
-                                          kHugePage);
+  const size_t rounded =
+      std::max<size_t>((bytes + kHugePage - 1) / kHugePage * kHugePage, kHugePage);
   void* p = MapAndPrefault(rounded, threads_);
   if (p == nullptr) {
-    return ResourceExhaustedError("cpu: cannot allocate " + std::to_string(bytes) + " bytes: " +
-                                  std::strerror(errno));
+    return ResourceExhaustedError("cpu: cannot allocate " + std::to_string(bytes) +
+                                  " bytes: " + std::strerror(errno));
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
   sizes_[p] = rounded;

@@ -75,17 +75,15 @@ class CpuBackend final : public Backend {
   void RopeBackward(Tensor dx, Tensor dout, float theta) override;
   void AttentionForward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
                         const AttentionOptions& options) override;
-  void AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                         Tensor v, Tensor out, Tensor lse,
-                         const AttentionOptions& options) override;
+  void AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
+                         Tensor out, Tensor lse, const AttentionOptions& options) override;
   void HeadGateForward(Tensor out, Tensor x, Tensor gate) override;
   void HeadGateBackward(Tensor dx, Tensor dgate, Tensor dout, Tensor x, Tensor gate) override;
   void SwiGluForward(Tensor out, Tensor gate, Tensor up) override;
   void SwiGluBackward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override;
   void ShiftRightForward(Tensor out, Tensor x) override;
   void ShiftRightBackward(Tensor dx, Tensor dout) override;
-  void FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tensor e,
-                          Tensor plain) override;
+  void FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tensor e, Tensor plain) override;
   void FeedbackMixBackward(Tensor dvalue, Tensor dgate, Tensor de, Tensor dout, Tensor value,
                            Tensor gate, Tensor plain) override;
   void ResidualForward(Tensor x, Tensor branch, float scale) override;

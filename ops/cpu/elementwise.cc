@@ -114,8 +114,8 @@ FB_CPU_CLONES void FeedbackMixKernel(float* out, const float* value, const float
 
 FB_CPU_CLONES void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de,
                                              const float* dout, const float* value,
-                                             const float* gate, const uint8_t* plain,
-                                             int64_t rows, int64_t width, int threads) {
+                                             const float* gate, const uint8_t* plain, int64_t rows,
+                                             int64_t width, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = r * width;
@@ -142,8 +142,7 @@ FB_CPU_CLONES void AxpyKernel(float* y, const float* x, float alpha, int64_t n, 
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-FB_CPU_CLONES void ScaleCopyKernel(float* y, const float* x, float alpha, int64_t n,
-                                   int threads) {
+FB_CPU_CLONES void ScaleCopyKernel(float* y, const float* x, float alpha, int64_t n, int threads) {
 #pragma omp parallel for simd num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
 }
@@ -279,14 +278,13 @@ void CpuBackend::ShiftRightBackward(Tensor dx, Tensor dout) {
   }
 }
 
-void CpuBackend::FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tensor e,
-                                    Tensor plain) {
+void CpuBackend::FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tensor e, Tensor plain) {
   CheckF32Cpu(out);
   FB_CHECK(out.rank() == 2 && value.shape == out.shape && gate.shape == out.shape &&
            e.shape == out.shape);
   FB_CHECK_EQ(plain.numel(), out.dim(0));
-  FeedbackMixKernel(out.f32(), value.f32(), gate.f32(), e.f32(), plain.u8(), out.dim(0),
-                    out.dim(1), threads_);
+  FeedbackMixKernel(out.f32(), value.f32(), gate.f32(), e.f32(), plain.u8(), out.dim(0), out.dim(1),
+                    threads_);
 }
 
 void CpuBackend::FeedbackMixBackward(Tensor dvalue, Tensor dgate, Tensor de, Tensor dout,

@@ -58,8 +58,8 @@ FB_CPU_CLONES void RmsNormBackwardRows(float* dx, float* dgain_partials, const f
 // Rotates pairs (i, i + half) of every head of every row by angle t·inv_freq[i], t = row's
 // position along T; sign = +1 forward, -1 for the inverse (backward).
 FB_CPU_CLONES void RopeRows(float* out, const float* x, const float* cos_table,
-                            const float* sin_table, int64_t b, int64_t t, int64_t heads,
-                            int64_t dh, float sign, int threads) {
+                            const float* sin_table, int64_t b, int64_t t, int64_t heads, int64_t dh,
+                            float sign, int threads) {
   const int64_t half = dh / 2;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t row = 0; row < b * t; ++row) {

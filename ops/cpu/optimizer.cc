@@ -10,9 +10,9 @@
 namespace fullband::ops::cpu {
 namespace {
 
-FB_CPU_CLONES void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n,
-                               float lr, float beta1, float beta2, float eps, float decay,
-                               float grad_scale, float bias1, float bias2, int threads) {
+FB_CPU_CLONES void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                               float beta1, float beta2, float eps, float decay, float grad_scale,
+                               float bias1, float bias2, int threads) {
   // PyTorch AdamW order: p *= 1 - lr·wd; then p -= lr · m̂ / (sqrt(v̂) + eps).
 #pragma omp parallel for simd num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -28,8 +28,7 @@ FB_CPU_CLONES void AdamWKernel(float* p, const float* g, float* m, float* v, int
 
 }  // namespace
 
-void CpuBackend::AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v,
-                           const AdamWOptions& o) {
+void CpuBackend::AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWOptions& o) {
   const int64_t n = param.numel();
   FB_CHECK(grad.numel() == n && m.numel() == n && v.numel() == n);
   FB_CHECK(o.step >= 1) << "AdamW step numbers start at 1, got " << o.step;

@@ -1,11 +1,12 @@
 // The C entry points of libfullband_cuda.so, the CUDA backend as a plugin: ops/backend.cc
 // dlopens it only when a CUDA backend is asked for, so CPU-only processes never load the CUDA
 // runtime and cuBLAS (about half a second per process start). Only these symbols are exported.
+#include "ops/cuda/plugin.h"
+
 #include <cstdio>
 #include <cstring>
 
 #include "ops/cuda/cuda_backend.h"
-#include "ops/cuda/plugin.h"
 
 extern "C" {
 

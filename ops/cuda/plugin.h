@@ -17,6 +17,5 @@ using FullbandCudaDeviceAvailableFn = int (*)();
 // Returns a new backend (ownership to the caller), or nullptr with *status_code a StatusCode and
 // `message` the reason.
 using FullbandCudaCreateBackendFn = fullband::ops::Backend* (*)(int device_index, int* status_code,
-                                                                char* message,
-                                                                size_t message_len);
+                                                                char* message, size_t message_len);
 }

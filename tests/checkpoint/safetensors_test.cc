@@ -100,22 +100,22 @@ TEST_P(SafetensorsCorruption, IsDataLossNamingTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, SafetensorsCorruption,
-    ::testing::Values(
-        Corrupt{"{}", 0, 1 << 20, "exceeds the file"},
-        Corrupt{"{not json", 0, -1, "not a JSON object"},
-        Corrupt{"[1, 2]", 0, -1, "not a JSON object"},
-        Corrupt{R"({"w": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 1]}})", 1, -1,
-                "unknown dtype"},
-        Corrupt{R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8, -1,
-                "does not fill 8 bytes"},
-        Corrupt{R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 12, -1,
-                "outside the 12 data bytes"},
-        Corrupt{R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4, -1,
-                "bad dimension"},
-        Corrupt{R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+    ::testing::Values(Corrupt{"{}", 0, 1 << 20, "exceeds the file"},
+                      Corrupt{"{not json", 0, -1, "not a JSON object"},
+                      Corrupt{"[1, 2]", 0, -1, "not a JSON object"},
+                      Corrupt{R"({"w": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 1]}})", 1,
+                              -1, "unknown dtype"},
+                      Corrupt{R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8,
+                              -1, "does not fill 8 bytes"},
+                      Corrupt{R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                              12, -1, "outside the 12 data bytes"},
+                      Corrupt{R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
+                              4, -1, "bad dimension"},
+                      Corrupt{R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
                     "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}})",
-                6, -1, "overlap"},
-        Corrupt{R"({"w": {"dtype": "F32", "shape": [1]}})", 4, -1, "needs dtype, shape"}));
+                              6, -1, "overlap"},
+                      Corrupt{R"({"w": {"dtype": "F32", "shape": [1]}})", 4, -1,
+                              "needs dtype, shape"}));
 
 TEST(SafetensorsShortFile, TooShortForAHeader_IsDataLoss) {
   const std::string path = "/tmp/fullband_st_short";

@@ -67,7 +67,8 @@ TEST(StatusOrDeathTest, ValueOfError_AbortsWithTheStatus) {
 
 TEST(CheckDeathTest, FailedCheck_NamesConditionAndContext) {
   int rows = 3;
-  EXPECT_DEATH(FB_CHECK_EQ(rows, 4) << "rows of the batch", "check failed: \\(rows\\) == \\(4\\) rows=3.*rows of the batch");
+  EXPECT_DEATH(FB_CHECK_EQ(rows, 4) << "rows of the batch",
+               "check failed: \\(rows\\) == \\(4\\) rows=3.*rows of the batch");
 }
 
 }  // namespace

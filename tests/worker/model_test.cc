@@ -119,7 +119,8 @@ TEST(PlainMask, PrefixLength_IsUniformOverOneToSegmentLength) {
   }
   const double expected = static_cast<double>(draws) / len;
   double chi2 = 0;
-  for (int64_t p = 1; p <= len; ++p) chi2 += (counts[p] - expected) * (counts[p] - expected) / expected;
+  for (int64_t p = 1; p <= len; ++p)
+    chi2 += (counts[p] - expected) * (counts[p] - expected) / expected;
   EXPECT_LT(chi2, 27.88);
 }
 
@@ -141,8 +142,7 @@ TEST(Model, Step_WrongShapeOrPasses_IsInvalidArgument) {
   EXPECT_EQ(model->Step(tokens.data(), 2, 4, {}).status().code(), StatusCode::kInvalidArgument);
   StepOptions three;
   three.passes = 3;
-  EXPECT_EQ(model->Step(tokens.data(), 1, 4, three).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->Step(tokens.data(), 1, 4, three).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Model, LoadParameters_ForeignOrMisshapedTensors_AreRefusedByName) {

@@ -3,9 +3,8 @@
 // every pass count must fall.
 #include "worker/trainer.h"
 
-#include <gtest/gtest.h>
-
 #include <dirent.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
@@ -49,8 +48,7 @@ TEST(TokenFile, BadFiles_AreRefusedWithTheReason) {
   EXPECT_EQ(TokenFile::Open(odd, 10, 1).status().code(), StatusCode::kDataLoss);
   const Status big = TokenFile::Open(WriteTokens({1, 2, 30, 4, 5}, "big.bin"), 10, 2).status();
   EXPECT_EQ(big.code(), StatusCode::kDataLoss);
-  EXPECT_NE(big.message().find("token 2 is 30, outside the vocabulary [0, 10)"),
-            std::string::npos);
+  EXPECT_NE(big.message().find("token 2 is 30, outside the vocabulary [0, 10)"), std::string::npos);
   EXPECT_EQ(TokenFile::Open(WriteTokens({1, 2, 3}, "short.bin"), 10, 4).status().code(),
             StatusCode::kInvalidArgument);
 }
@@ -122,9 +120,8 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
   c.schedule.phases = {{1.0, {{1, 0.6}, {2, 0.3}, {3, 0.1}}}};
   c.runtime.peak_gflops = 100;  // MFU is not under test; skip the measurement
   std::map<int64_t, std::vector<std::vector<double>>> losses;
-  StatusOr<TrainSummary> s = Train(c, [&](const StepRecord& r) {
-    losses[r.passes].push_back(r.pass_loss);
-  });
+  StatusOr<TrainSummary> s =
+      Train(c, [&](const StepRecord& r) { losses[r.passes].push_back(r.pass_loss); });
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_GT(s->token_equivalents, s->tokens);
   for (int64_t k = 1; k <= 3; ++k) {
@@ -138,8 +135,8 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
         last += l[l.size() - 1 - i][pass] / w;
       }
       // From ln 257 ≈ 5.5 at init, byte-level English falls below 4 within 200 steps.
-      EXPECT_LT(last, first - 1.0) << k << "-pass steps, pass " << pass + 1 << ": " << first
-                                   << " -> " << last;
+      EXPECT_LT(last, first - 1.0)
+          << k << "-pass steps, pass " << pass + 1 << ": " << first << " -> " << last;
     }
   }
 }
