@@ -26,6 +26,7 @@ struct CudaPlugin {
   std::string error;  // why it could not be loaded
 };
 
+#if FULLBAND_HAVE_CUDA
 std::string ExecutableDir() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -33,6 +34,7 @@ std::string ExecutableDir() {
   std::string path(buf, n);
   return path.substr(0, path.rfind('/'));
 }
+#endif
 
 CudaPlugin LoadCudaPlugin() {
   CudaPlugin p;

@@ -1,0 +1,254 @@
+#!/usr/bin/python3
+"""Training-step benchmark matrix: fullband (build/bench/train_step) against the PyTorch CPU
+baseline (bench/torch_train_step.py), one process per measurement so that peak RSS is per
+configuration, the two implementations interleaved row by row (same machine conditions).
+
+Rows: config tiny and small; K = 1, 2, 3 with recompute none; and on small also recompute full
+for K = 1 and K = 3.  Prints every JSON line, then a summary:
+  - fullband tokens/s / torch tokens/s per row;
+  - K-pass step time / (K x one-pass step time) per implementation and config;
+  - recompute full / none: peak RSS and step time ratios per implementation.
+
+PyTorch runs with its best settings, set in the torch subprocess's environment only (see
+TORCH_BEST_ENV and --env-sweep, which measures the alternatives): OpenBLAS's own AVX-512 kernel
+choice (OPENBLAS_CORETYPE unset; this environment sets Haswell, i.e. AVX2 kernels),
+GOMP_SPINCOUNT=0, ATen's AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512; torch 1.13 defaults to
+AVX2 here), and glibc malloc kept from returning freed memory to the kernel (no mmap'd chunks,
+no trimming): on this VM a first-touch page fault costs ~10-15 us, so PyTorch's per-op
+allocations of fresh memory otherwise dominate the step (the usual advice for PyTorch on CPU is
+jemalloc/tcmalloc via LD_PRELOAD; neither is installed here, these glibc settings do the same
+job).  fullband runs with the environment as given.
+
+usage: run_train_bench.py [--fullband PATH] [--steps N] [--warmup W] [--only tiny|small]
+                          [--threads 2] [--peak-gflops X] [--repeat R] [--json-out FILE]
+       run_train_bench.py --env-sweep [--only tiny|small] [--steps N] [--repeat R]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TORCH_SCRIPT = os.path.join(HERE, "torch_train_step.py")
+PYTHON = "/usr/bin/python3"  # Debian's python3 has python3-torch
+
+MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36),
+               "MALLOC_TOP_PAD_": str(256 << 20)}
+# What the torch subprocess gets on top of (or removed from) the inherited environment.
+TORCH_BEST_ENV = dict(OPENBLAS_CORETYPE=None, GOMP_SPINCOUNT="0", ATEN_CPU_CAPABILITY="avx512",
+                      **MALLOC_KEEP)
+ENV_VARIANTS = {  # --env-sweep: each a change to TORCH_BEST_ENV
+    "best": {},
+    "coretype=SkylakeX": {"OPENBLAS_CORETYPE": "SkylakeX"},
+    "coretype=Haswell": {"OPENBLAS_CORETYPE": "Haswell"},
+    "aten_capability=default(avx2)": {"ATEN_CPU_CAPABILITY": None},
+    "gomp_spincount=default": {"GOMP_SPINCOUNT": None},
+    "malloc=default": {k: None for k in MALLOC_KEEP},
+    "as_given(no changes)": "raw",
+}
+
+
+def torch_env(changes=None):
+    env = dict(os.environ)
+    spec = dict(TORCH_BEST_ENV)
+    if changes == "raw":
+        return env
+    spec.update(changes or {})
+    for k, v in spec.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def run_json(cmd, env, label):
+    """Runs cmd, returns the last JSON object it printed on stdout (or an error record)."""
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{label}: timed out"}
+    rec = None
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if "tokens_per_s" in d:
+                rec = d
+    if p.returncode != 0 or rec is None:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return {"error": f"{label}: exit {p.returncode}: " + " | ".join(tail)}
+    return rec
+
+
+def best_of(cmd, env, label, repeat):
+    """Best (lowest median step time) of `repeat` runs: the machine is shared."""
+    recs = [run_json(cmd, env, label) for _ in range(repeat)]
+    ok = [r for r in recs if "error" not in r]
+    if not ok:
+        return recs[-1]
+    best = min(ok, key=lambda r: r["step_s_median"])
+    if repeat > 1:
+        best["repeats_step_s_median"] = [r["step_s_median"] for r in ok]
+    return best
+
+
+def measure_peak(threads):
+    code = ("import torch,time;torch.set_num_threads(%d);a=torch.randn(2048,2048);b=torch.randn(2048,2048)\n"
+            "for _ in range(3): torch.mm(a,b)\n"
+            "best=1e9\n"
+            "for _ in range(10):\n"
+            "  t=time.perf_counter();torch.mm(a,b);best=min(best,time.perf_counter()-t)\n"
+            "print(2*2048**3/best/1e9)" % threads)
+    p = subprocess.run([PYTHON, "-c", code], env=torch_env(), capture_output=True, text=True)
+    return float(p.stdout.strip())
+
+
+def rows(only):
+    out = []
+    for cfg in ("tiny", "small"):
+        if only and cfg != only:
+            continue
+        for K in (1, 2, 3):
+            out.append((cfg, K, "none"))
+        if cfg == "small":
+            out += [(cfg, 1, "full"), (cfg, 3, "full")]
+    return out
+
+
+def flags(cfg, K, rc, a, peak):
+    return ["--config", cfg, "--passes", str(K), "--recompute", rc, "--steps", str(a.steps),
+            "--warmup", str(a.warmup), "--threads", str(a.threads), "--peak-gflops", f"{peak:.1f}"]
+
+
+def fmt(v, nd=2):
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def summary(results, impls):
+    get = {(r.get("impl"), r.get("config"), r.get("passes"), r.get("recompute")): r
+           for r in results if "error" not in r}
+    print("\n== tokens/s per row (fullband / torch) ==")
+    print(f"{'config':7s} {'K':>2s} {'recompute':9s} {'torch tok/s':>12s} {'fullband tok/s':>15s} {'ratio':>7s}"
+          f" {'torch RSS MiB':>14s} {'fullband RSS MiB':>17s}")
+    for (cfg, K, rc) in sorted({(k[1], k[2], k[3]) for k in get},
+                               key=lambda x: (x[0] != "tiny", x[2] != "none", x[1])):
+        t, f = get.get(("torch", cfg, K, rc)), get.get(("fullband", cfg, K, rc))
+        ratio = f["tokens_per_s"] / t["tokens_per_s"] if t and f else None
+        print(f"{cfg:7s} {K:2d} {rc:9s} {fmt(t and t['tokens_per_s'], 1):>12s} "
+              f"{fmt(f and f['tokens_per_s'], 1):>15s} {fmt(ratio):>7s} "
+              f"{fmt(t and t['peak_rss_mib'], 0):>14s} {fmt(f and f['peak_rss_mib'], 0):>17s}")
+    print("\n== K-pass step time / (K x one-pass step time) ==")
+    for impl in impls:
+        for cfg in ("tiny", "small"):
+            one = get.get((impl, cfg, 1, "none"))
+            if not one:
+                continue
+            parts = []
+            for K in (2, 3):
+                r = get.get((impl, cfg, K, "none"))
+                if r:
+                    parts.append(f"K={K}: {r['step_s_median'] / (K * one['step_s_median']):.3f}")
+            print(f"{impl:9s} {cfg:6s} " + "  ".join(parts))
+    print("\n== recompute full / none (small) ==")
+    for impl in impls:
+        for K in (1, 3):
+            n, f = get.get((impl, "small", K, "none")), get.get((impl, "small", K, "full"))
+            if n and f:
+                print(f"{impl:9s} K={K}: peak RSS {f['peak_rss_mib'] / n['peak_rss_mib']:.3f}  "
+                      f"step time {f['step_s_median'] / n['step_s_median']:.3f}")
+
+
+def env_sweep(a):
+    """Which torch environment is fastest: each variant on K=1 rows, interleaved, best of R."""
+    peak = a.peak_gflops or 1.0
+    cfgs = [a.only] if a.only else ["tiny"]
+    res = {}
+    for rep in range(a.repeat):
+        for name, ch in ENV_VARIANTS.items():
+            for cfg in cfgs:
+                r = run_json([PYTHON, TORCH_SCRIPT] + flags(cfg, 1, "none", a, peak),
+                             torch_env(ch), f"torch {name}")
+                if "error" in r:
+                    print(r["error"], file=sys.stderr)
+                    continue
+                res.setdefault((name, cfg), []).append(r)
+                print(json.dumps({"variant": name, **{k: r[k] for k in (
+                    "config", "tokens_per_s", "step_s_median", "peak_rss_mib")},
+                    "blas_core": r["blas"].get("core"), "env": r["env"]}), flush=True)
+    print("\n== torch env sweep (K=1, recompute none; best of runs) ==")
+    for cfg in cfgs:
+        base = min((r["step_s_median"] for r in res.get(("best", cfg), [])), default=None)
+        for name in ENV_VARIANTS:
+            rs = res.get((name, cfg), [])
+            if not rs:
+                continue
+            b = min(r["step_s_median"] for r in rs)
+            med = statistics.median(r["step_s_median"] for r in rs)
+            rel = f"{b / base:.3f}" if base else "-"
+            print(f"{cfg:6s} {name:32s} best step {b:.4f} s  median of runs {med:.4f} s  "
+                  f"vs best-env {rel}  peak RSS {min(r['peak_rss_mib'] for r in rs):.0f} MiB")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fullband", default=os.path.join(ROOT, "build", "bench", "train_step"))
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--only", choices=["tiny", "small"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peak-gflops", type=float, default=0.0,
+                    help="default: torch.mm 2048^3, best of 10, measured once, given to both")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every measurement R times and keep the fastest (shared machine)")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-fullband", action="store_true")
+    ap.add_argument("--env-sweep", action="store_true",
+                    help="measure the torch environment variants instead of the matrix")
+    ap.add_argument("--json-out", help="also write every JSON record to this file")
+    a = ap.parse_args(argv)
+    if a.env_sweep:
+        env_sweep(a)
+        return 0
+    peak = a.peak_gflops or measure_peak(a.threads)
+    print(json.dumps({"peak_gflops": round(peak, 1), "source": "flag" if a.peak_gflops else
+                      "torch.mm 2048^3 best of 10 (torch best env)", "threads": a.threads}),
+          flush=True)
+    impls = []
+    if not a.no_torch:
+        impls.append("torch")
+    if not a.no_fullband:
+        if os.access(a.fullband, os.X_OK):
+            impls.append("fullband")
+        else:
+            print(f"run_train_bench: {a.fullband} not found or not executable: skipping fullband",
+                  file=sys.stderr)
+    results = []
+    for cfg, K, rc in rows(a.only):
+        for impl in impls:
+            if impl == "torch":
+                cmd, env = [PYTHON, TORCH_SCRIPT] + flags(cfg, K, rc, a, peak), torch_env()
+            else:
+                cmd, env = [a.fullband] + flags(cfg, K, rc, a, peak), dict(os.environ)
+            r = best_of(cmd, env, f"{impl} {cfg} K={K} {rc}", a.repeat)
+            if "error" in r:
+                print(r["error"], file=sys.stderr)
+                r.update(impl=impl, config=cfg, passes=K, recompute=rc)
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    summary(results, impls)
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
