@@ -35,8 +35,7 @@ ROOT = os.path.dirname(HERE)
 TORCH_SCRIPT = os.path.join(HERE, "torch_train_step.py")
 PYTHON = "/usr/bin/python3"  # Debian's python3 has python3-torch
 
-MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36),
-               "MALLOC_TOP_PAD_": str(256 << 20)}
+MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 # What the torch subprocess gets on top of (or removed from) the inherited environment.
 TORCH_BEST_ENV = dict(OPENBLAS_CORETYPE=None, GOMP_SPINCOUNT="0", ATEN_CPU_CAPABILITY="avx512",
                       **MALLOC_KEEP)
@@ -47,6 +46,9 @@ ENV_VARIANTS = {  # --env-sweep: each a change to TORCH_BEST_ENV
     "aten_capability=default(avx2)": {"ATEN_CPU_CAPABILITY": None},
     "gomp_spincount=default": {"GOMP_SPINCOUNT": None},
     "malloc=default": {k: None for k in MALLOC_KEEP},
+    "malloc=thp(mmap>=32MiB,hugetlb)": {"MALLOC_MMAP_MAX_": None,
+                                        "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                                        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
     "as_given(no changes)": "raw",
 }
 

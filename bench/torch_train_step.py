@@ -475,7 +475,9 @@ def bench(args):
     flops = (6.0 * n_params + 12.0 * L * H * Dh * (T + 1) / 2.0) * B * T * K
     peak = args.peak_gflops if args.peak_gflops else measure_peak_gflops(args.threads)
     env_keys = ("OPENBLAS_CORETYPE", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS",
-                "OMP_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "ATEN_CPU_CAPABILITY")
+                "OMP_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "ATEN_CPU_CAPABILITY",
+                "MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                "MALLOC_TOP_PAD_", "GLIBC_TUNABLES", "LD_PRELOAD")
     rec = {
         "impl": "torch", "config": args.config, "passes": K, "recompute": args.recompute,
         "tokens_per_s": round(B * T / med, 1), "step_s_median": round(med, 5),
@@ -520,8 +522,11 @@ def selfcheck(args):
     rng = np.random.default_rng(7)
     cases.append(("tiny_bench_cfg", m, random_tokens(m["vocab_size"], m["eod_id"], 2, 64, rng), rng))
 
-    worst_loss, worst_grad, fails = 0.0, 0.0, []
-    for name, mcfg, tokens, rng in cases:
+    # variants of our implementation checked on top of the default (ce=lse, recompute none):
+    # per case one extra run with F.cross_entropy, one with per-layer checkpointing, and one
+    # with ignored targets (ignore_id in the last target column of row 0).
+    worst_loss, worst_grad, fails, n = 0.0, 0.0, [], 0
+    for ci, (name, mcfg, tokens, rng) in enumerate(cases):
         c = dict(DEFAULTS)
         c.update(mcfg)
         c["jitter"], c["prefix_mixin"] = 0.0, False
@@ -531,16 +536,23 @@ def selfcheck(args):
                 arrays[key] = (1.0 + 0.2 * rng.standard_normal(arrays[key].shape)).astype(np.float32)
         tokens = np.asarray(tokens, np.int64)
         B, T = tokens.shape[0], tokens.shape[1] - 1
-        for K, mixin in ((1, False), (2, False), (3, False), (3, True)):
-            masks_np = plain_masks_np(tokens[:, :-1], c["eod_id"], K, mixin, rng)
+        runs = [(1, False, "lse", "none", False), (2, False, "lse", "none", False),
+                (3, False, "lse", "none", False), (3, True, "lse", "none", False),
+                (3, True, "cross_entropy", "none", ci % 2 == 0),
+                (2, True, "lse", "full", ci % 2 == 1)]
+        for K, mixin, ce, rc, ignore in runs:
+            tok = tokens.copy()
+            if ignore:
+                tok[0, -1] = c["ignore_id"]          # a target only (inputs never hold it)
+            masks_np = plain_masks_np(tok[:, :-1], c["eod_id"], K, mixin, rng)
             ref_masks = {k: torch.as_tensor(v) for k, v in masks_np.items()}
             for k, mk in ref_masks.items():
-                model_ref.check_plain_mask(c, torch.as_tensor(tokens[:, :-1]), mk, f"pass{k}")
-            ref = model_ref.grad(c, arrays, tokens, K, ref_masks if mixin else None)
+                model_ref.check_plain_mask(c, torch.as_tensor(tok[:, :-1]), mk, f"pass{k}")
+            ref = model_ref.grad(c, arrays, tok, K, ref_masks if mixin else None)
             model = Model(c)
             model.load_arrays(arrays)
-            st = Step(model, B, T)
-            tt = torch.as_tensor(tokens)
+            st = Step(model, B, T, recompute=rc, ce=ce)
+            tt = torch.as_tensor(tok)
             masks = {k: v.unsqueeze(-1) for k, v in ref_masks.items()}
             losses, total = st.losses(tt[:, :-1], tt[:, 1:], K, masks, 0.0)
             total.backward()
@@ -552,15 +564,32 @@ def selfcheck(args):
                 e = rel(g, ref["grad." + key])
                 if e > ge:
                     ge, gk = e, key
-            worst_loss, worst_grad = max(worst_loss, le), max(worst_grad, ge)
+            worst_loss, worst_grad, n = max(worst_loss, le), max(worst_grad, ge), n + 1
             ok = le <= 1e-4 and ge <= 1e-4
             if not ok:
                 fails.append(name)
-            print(f"{'ok  ' if ok else 'FAIL'} {name:16s} K={K} mixin={'on ' if mixin else 'off'} "
-                  f"loss rel err {le:.2e}  worst grad rel err {ge:.2e} ({gk})  "
-                  f"losses {[round(ours[f'loss.pass{k}'], 6) for k in range(1, K + 1)]}")
-    print(json.dumps({"selfcheck": "pass" if not fails else "FAIL", "cases": len(cases) * 4,
+            print(f"{'ok  ' if ok else 'FAIL'} {name:15s} K={K} mixin={'on ' if mixin else 'off'} "
+                  f"ce={ce:13s} recompute={rc:4s} ignore={'y' if ignore else 'n'}  "
+                  f"loss rel err {le:.1e}  worst grad rel err {ge:.1e} ({gk})", flush=True)
+    # the prefix-mixin sampler: p ~ Uniform{1..len} per segment (chi-square over 20000 draws of
+    # a 10-token segment) and one draw per segment and pass.
+    tok = np.zeros((2000, 40), np.int64)
+    tok[:, 9] = 1                                   # eod at 9: segments [0, 10) and [10, 40)
+    m = plain_masks_np(tok, 1, 3, True, np.random.default_rng(1))
+    p = m[2][:, :10].sum(1)
+    p = np.concatenate([p, m[3][:, :10].sum(1)])
+    counts = np.bincount(p, minlength=11)[1:]
+    chi2 = float(((counts - len(p) / 10) ** 2 / (len(p) / 10)).sum())
+    prefix_ok = bool((np.diff(m[2][:, :10].astype(int), axis=1) <= 0).all() and m[2][:, 10].all()
+                     and counts.sum() == len(p) and np.bincount(p)[0] == 0)
+    mix_ok = chi2 < 27.9 and prefix_ok              # chi2(9 dof) 0.999 quantile = 27.88
+    print(f"{'ok  ' if mix_ok else 'FAIL'} prefix-mixin sampler: p in 1..10 uniform, chi2(9) = "
+          f"{chi2:.1f}, prefixes {'ok' if prefix_ok else 'BAD'}")
+    if not mix_ok:
+        fails.append("mixin_sampler")
+    print(json.dumps({"selfcheck": "pass" if not fails else "FAIL", "runs": n,
                       "worst_loss_rel_err": worst_loss, "worst_grad_rel_err": worst_grad,
+                      "tolerance": 1e-4, "mixin_chi2_9dof": round(chi2, 2),
                       "failed": sorted(set(fails))}))
     return 0 if not fails else 1
 

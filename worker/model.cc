@@ -2,6 +2,7 @@
 // forward/backward pair, the input stage (pass 1 / feedback fusion) pair, then Step().
 #include "worker/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -462,16 +463,21 @@ Tensor Model::Grad(const ParamSpec& spec) const {
 void Model::ZeroGradients() { backend_->Zero(grads_all_); }
 
 void Model::InitParameters(uint64_t seed) {
-  std::vector<float> host;
+  // Filled through a bounded host buffer: a whole (V, D) embedding on the host would add its
+  // size to the process's peak memory on top of the arenas.
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<float> host(kChunk);
   for (const ParamSpec& spec : table_.specs()) {
-    host.resize(spec.numel);
-    if (spec.kind == ParamKind::kNormGain) {
-      std::fill(host.begin(), host.end(), 1.0f);
-    } else {
-      Rng rng = Rng::ForStream(seed, spec.name);
-      for (float& x : host) x = static_cast<float>(rng.Normal() * spec.init_std);
+    Rng rng = Rng::ForStream(seed, spec.name);
+    float* dst = Param(spec).f32();
+    for (int64_t start = 0; start < spec.numel; start += kChunk) {
+      const int64_t n = std::min(kChunk, spec.numel - start);
+      for (int64_t i = 0; i < n; ++i) {
+        host[i] = spec.kind == ParamKind::kNormGain ? 1.0f
+                                                    : static_cast<float>(rng.Normal() * spec.init_std);
+      }
+      backend_->CopyFromHost(dst + start, host.data(), n * sizeof(float));
     }
-    backend_->CopyFromHost(Param(spec).data, host.data(), spec.numel * sizeof(float));
   }
 }
 

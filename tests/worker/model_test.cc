@@ -69,6 +69,33 @@ TEST(Model, Recompute_SelectiveAndFull_GiveBitwiseIdenticalGradients) {
   EXPECT_GT(norm, 0.0);  // the comparison above is not between two zero vectors
 }
 
+StepResult LossesWithJitter(double jitter, uint64_t seed) {
+  auto backend = ops::CreateBackend({}).value();
+  const ModelConfig cfg = SmallConfig();
+  auto model = Model::Create(cfg, {2, 16, 3, Recompute::kNone}, backend.get()).value();
+  model->InitParameters(11);
+  const std::vector<int32_t> tokens = RandomTokens(2, 16, cfg.vocab_size, cfg.eod_id, 3);
+  StepOptions o;
+  o.passes = 3;
+  o.jitter = jitter;
+  o.seed = seed;
+  o.backward = false;
+  return model->Step(tokens.data(), 2, 16, o).value();
+}
+
+TEST(Model, Jitter_TouchesOnlyFeedbackPasses_AndIsSeeded) {
+  const StepResult none = LossesWithJitter(0.0, 1);
+  const StepResult a = LossesWithJitter(0.5, 1);
+  const StepResult b = LossesWithJitter(0.5, 1);
+  const StepResult c = LossesWithJitter(0.5, 2);
+  EXPECT_EQ(a.pass_loss[0], none.pass_loss[0]);  // pass 1 never sees the feedback state
+  EXPECT_NE(a.pass_loss[1], none.pass_loss[1]);  // passes >= 2 do, through ĥ + ξ
+  EXPECT_NE(a.pass_loss[2], none.pass_loss[2]);
+  EXPECT_EQ(a.pass_loss, b.pass_loss);           // same seed, same draws
+  EXPECT_NE(a.pass_loss[1], c.pass_loss[1]);     // another seed, other draws
+  EXPECT_EQ(LossesWithJitter(0.0, 9).pass_loss, none.pass_loss);  // no jitter: no randomness
+}
+
 TEST(Model, SameSeed_SameStep_IsReproducible) {
   EXPECT_EQ(GradientsAfterStep(Recompute::kNone, 2), GradientsAfterStep(Recompute::kNone, 2));
 }
