@@ -21,6 +21,7 @@ job).  fullband runs with the environment as given.
 
 usage: run_train_bench.py [--fullband PATH] [--steps N] [--warmup W] [--only tiny|small]
                           [--threads 2] [--peak-gflops X] [--repeat R] [--json-out FILE]
+                          [--torch-malloc keep|thp|default] [--no-torch] [--no-fullband]
        run_train_bench.py --env-sweep [--only tiny|small] [--steps N] [--repeat R]
 """
 import argparse
@@ -36,6 +37,11 @@ TORCH_SCRIPT = os.path.join(HERE, "torch_train_step.py")
 PYTHON = "/usr/bin/python3"  # Debian's python3 has python3-torch
 
 MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
+# Allocations of 32 MiB and more mmapped with transparent huge pages, the rest kept: RSS close
+# to PyTorch's live peak (no heap fragmentation), fewer faults than glibc's defaults, slower.
+MALLOC_THP = {"MALLOC_MMAP_MAX_": None, "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+              "MALLOC_TRIM_THRESHOLD_": str(1 << 36), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+MALLOC_CHOICES = {"keep": {}, "thp": MALLOC_THP, "default": {k: None for k in MALLOC_KEEP}}
 # What the torch subprocess gets on top of (or removed from) the inherited environment.
 TORCH_BEST_ENV = dict(OPENBLAS_CORETYPE=None, GOMP_SPINCOUNT="0", ATEN_CPU_CAPABILITY="avx512",
                       **MALLOC_KEEP)
@@ -46,9 +52,7 @@ ENV_VARIANTS = {  # --env-sweep: each a change to TORCH_BEST_ENV
     "aten_capability=default(avx2)": {"ATEN_CPU_CAPABILITY": None},
     "gomp_spincount=default": {"GOMP_SPINCOUNT": None},
     "malloc=default": {k: None for k in MALLOC_KEEP},
-    "malloc=thp(mmap>=32MiB,hugetlb)": {"MALLOC_MMAP_MAX_": None,
-                                        "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-                                        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "malloc=thp(mmap>=32MiB,hugetlb)": MALLOC_THP,
     "as_given(no changes)": "raw",
 }
 
@@ -202,13 +206,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fullband", default=os.path.join(ROOT, "build", "bench", "train_step"))
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps (default 3: torch's heap needs ~3 steps at K=3 on small "
+                         "before every page it reuses has been faulted in)")
     ap.add_argument("--only", choices=["tiny", "small"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peak-gflops", type=float, default=0.0,
                     help="default: torch.mm 2048^3, best of 10, measured once, given to both")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every measurement R times and keep the fastest (shared machine)")
+    ap.add_argument("--torch-malloc", choices=sorted(MALLOC_CHOICES), default="keep",
+                    help="glibc malloc settings of the torch runs: keep (fastest; freed memory is "
+                         "kept, so peak RSS includes heap fragmentation), thp (RSS ~ live peak, "
+                         "slower), default (glibc's own: every big tensor re-faults its pages)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-fullband", action="store_true")
     ap.add_argument("--env-sweep", action="store_true",
@@ -235,7 +245,8 @@ def main(argv=None):
     for cfg, K, rc in rows(a.only):
         for impl in impls:
             if impl == "torch":
-                cmd, env = [PYTHON, TORCH_SCRIPT] + flags(cfg, K, rc, a, peak), torch_env()
+                cmd = [PYTHON, TORCH_SCRIPT] + flags(cfg, K, rc, a, peak)
+                env = torch_env(MALLOC_CHOICES[a.torch_malloc])
             else:
                 cmd, env = [a.fullband] + flags(cfg, K, rc, a, peak), dict(os.environ)
             r = best_of(cmd, env, f"{impl} {cfg} K={K} {rc}", a.repeat)

@@ -103,8 +103,10 @@ def load_yaml_config(path):
         if k not in DEFAULTS:
             print(f"torch_train_step: warning: unknown field model.{k} ignored", file=sys.stderr)
     data = doc.get("data", {}) or {}
-    B = int(data.get("batch_size", 8))
-    T = int(data.get("seq_len", min(512, m["max_seq_len"])))
+    B = int(data.get("batch_size", 8))      # fullband's DataConfig defaults
+    T = int(data.get("seq_len", 256))
+    if T > m["max_seq_len"]:
+        raise ValueError(f"data.seq_len {T} exceeds model.max_seq_len {m['max_seq_len']}")
     return m, B, T
 
 
@@ -128,10 +130,6 @@ class _RMSNorm(torch.autograd.Function):
         dx = (dyg - xh * (dyg * xh).mean(-1, keepdim=True)) * r
         dg = (dy * xh).reshape(-1, *g.shape).sum(0) if ctx.needs_input_grad[1] else None
         return dx, dg
-
-
-def rmsnorm_eager(x, g):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
 
 
 rmsnorm = _RMSNorm.apply
@@ -625,7 +623,11 @@ def main(argv=None):
         return selfcheck(a)
     if a.passes < 1 or a.steps < 1 or a.warmup < 0 or a.threads < 1:
         ap.error("--passes, --steps, --threads must be >= 1 and --warmup >= 0")
-    bench(a)
+    try:
+        bench(a)
+    except (OSError, ValueError, KeyError, yaml.YAMLError) as ex:
+        print(f"torch_train_step: {ex}", file=sys.stderr)
+        return 2
     return 0
 
 
