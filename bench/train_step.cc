@@ -23,6 +23,7 @@
 #include "ops/backend.h"
 #include "worker/model.h"
 #include "worker/optimizer.h"
+#include "worker/trainer.h"
 
 namespace fullband::bench {
 namespace {
@@ -129,21 +130,7 @@ int Run(const std::vector<std::string>& args) {
   const double median =
       MedianSeconds(one_step, static_cast<int>(*warmup), static_cast<int>(*steps));
   double peak_gflops = *peak;
-  if (peak_gflops <= 0) {  // the backend's 2048³ sgemm, best of 3
-    const int64_t n = 2048;
-    auto a = be.Allocate(n * n * 4).value(), bb = be.Allocate(n * n * 4).value(),
-         c = be.Allocate(n * n * 4).value();
-    be.Fill(ops::Tensor::F32(static_cast<float*>(a), {n * n}, be.device()), 0.5f);
-    be.Fill(ops::Tensor::F32(static_cast<float*>(bb), {n * n}, be.device()), 0.5f);
-    const double s = MedianSeconds(
-        [&] {
-          be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(bb),
-                  n, 0.0f, static_cast<float*>(c), n);
-          be.Synchronize();
-        },
-        1, 3);
-    peak_gflops = 2.0 * n * n * n / s / 1e9;
-  }
+  if (peak_gflops <= 0) peak_gflops = worker::MeasurePeakGflops(be);
   const double flops = ModelFlopsPerToken(named->model, (*model)->table().CountParameters(), t) *
                        static_cast<double>(b * t * *passes);
   std::printf(

@@ -295,9 +295,7 @@ LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float
   const auto view = [&](const std::string& name) {
     const ParamSpec* spec = table.Find(p + name);
     FB_CHECK(spec != nullptr) << p + name;
-    Shape shape;
-    for (int64_t dim : spec->shape) shape.dims[shape.rank++] = dim;
-    return Tensor(base + spec->offset, DType::kF32, shape, device);
+    return ViewOf(*spec, base, device);
   };
   LayerParams lp;
   lp.attn_norm = view("attn_norm.weight");
@@ -449,15 +447,11 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
 size_t Model::activation_bytes() const { return impl_->acts->capacity(); }
 
 Tensor Model::Param(const ParamSpec& spec) const {
-  Shape shape;
-  for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;
-  return Tensor(params_all_.f32() + spec.offset, DType::kF32, shape, backend_->device());
+  return ViewOf(spec, params_all_.f32(), backend_->device());
 }
 
 Tensor Model::Grad(const ParamSpec& spec) const {
-  Shape shape;
-  for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;
-  return Tensor(grads_all_.f32() + spec.offset, DType::kF32, shape, backend_->device());
+  return ViewOf(spec, grads_all_.f32(), backend_->device());
 }
 
 void Model::ZeroGradients() { backend_->Zero(grads_all_); }
@@ -473,8 +467,9 @@ void Model::InitParameters(uint64_t seed) {
     for (int64_t start = 0; start < spec.numel; start += kChunk) {
       const int64_t n = std::min(kChunk, spec.numel - start);
       for (int64_t i = 0; i < n; ++i) {
-        host[i] = spec.kind == ParamKind::kNormGain ? 1.0f
-                                                    : static_cast<float>(rng.Normal() * spec.init_std);
+        host[i] = spec.kind == ParamKind::kNormGain
+                      ? 1.0f
+                      : static_cast<float>(rng.Normal() * spec.init_std);
       }
       backend_->CopyFromHost(dst + start, host.data(), n * sizeof(float));
     }

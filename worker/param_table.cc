@@ -50,6 +50,12 @@ ParameterTable ParameterTable::Build(const ModelConfig& m) {
   return t;
 }
 
+ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device) {
+  ops::Shape shape;
+  for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;
+  return ops::Tensor(arena_base + spec.offset, ops::DType::kF32, shape, device);
+}
+
 const ParamSpec* ParameterTable::Find(const std::string& name) const {
   for (const ParamSpec& s : specs_) {
     if (s.name == name) return &s;

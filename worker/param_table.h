@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "ops/tensor.h"
 
 namespace fullband::worker {
 
@@ -29,6 +30,9 @@ struct ParamSpec {
   ParamKind kind = ParamKind::kMatrix;
   double init_std = 0.0;  // N(0, init_std²) for matrices and the embedding; gains start at 1
 };
+
+// The view of `spec` inside an arena carved by the table (parameters, gradients, moments).
+ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device);
 
 class ParameterTable {
  public:

@@ -18,7 +18,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// The backend's sgemm rate at 2048³ (best of 3 after a warmup): the denominator of MFU.
+}  // namespace
+
 double MeasurePeakGflops(ops::Backend& be) {
   const int64_t n = 2048;
   const size_t bytes = n * n * sizeof(float);
@@ -40,8 +41,6 @@ double MeasurePeakGflops(ops::Backend& be) {
   be.Free(c);
   return best;
 }
-
-}  // namespace
 
 StatusOr<TrainSummary> Train(const Config& config,
                              const std::function<void(const StepRecord&)>& on_step) {

@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "ops/backend.h"
 
 namespace fullband::worker {
 
@@ -39,6 +40,9 @@ struct TrainSummary {
   std::vector<double> first_pass_loss;  // per pass count k (index k-1): first logged loss
   std::vector<double> last_pass_loss;   // ... and the last
 };
+
+// The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
+double MeasurePeakGflops(ops::Backend& backend);
 
 // Runs config.schedule.steps steps (the config must be valid; data.path must be set).
 // `on_step` (optional) sees every step's record. Errors: those of the token file, the weights
