@@ -41,6 +41,8 @@ void VisitModelFields(M& m, Visitor&& visit) {
 template <typename D, typename Visitor>
 void VisitDataFields(D& d, Visitor&& visit) {
   visit("path", d.path);
+  visit("sources", d.sources);
+  visit("prefetch", d.prefetch);
   visit("batch_size", d.batch_size);
   visit("seq_len", d.seq_len);
   visit("seed", d.seed);
@@ -226,6 +228,31 @@ class FieldReader {
     out = std::move(phases);
     return OkStatus();
   }
+  // sources: [{store: PATH, weight: 0.7}, ...]
+  Status Read(const YAML::Node& node, const std::string& path, std::vector<DataSource>& out) {
+    if (!node.IsSequence()) return Error(node, path, "a list of {store, weight}");
+    std::vector<DataSource> sources;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node src = node[i];
+      const std::string here = path + "[" + std::to_string(i) + "]";
+      if (!src.IsMap()) return Error(src, here, "a mapping {store, weight}");
+      for (const auto& kv : src) {
+        const std::string key = kv.first.as<std::string>();
+        if (key != "store" && key != "weight") {
+          return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
+                                      key);
+        }
+      }
+      if (!src["store"])
+        return InvalidArgumentError(Where(source_, src) + ": " + here + ".store is required");
+      DataSource s;
+      FB_RETURN_IF_ERROR(Read(src["store"], here + ".store", s.store));
+      if (src["weight"]) FB_RETURN_IF_ERROR(Read(src["weight"], here + ".weight", s.weight));
+      sources.push_back(std::move(s));
+    }
+    out = std::move(sources);
+    return OkStatus();
+  }
   Status Read(const YAML::Node& node, const std::string& path, FeedbackState& out) {
     if (node.IsScalar() && node.Scalar() == "post_norm") {
       out = FeedbackState::kPostNorm;
@@ -263,6 +290,14 @@ struct FieldWriter {
           out << YAML::Key << passes << YAML::Value << YAML::Precision(17) << prob;
         }
         out << YAML::EndMap << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    } else if constexpr (std::is_same_v<T, std::vector<DataSource>>) {
+      out << YAML::BeginSeq;
+      for (const DataSource& s : value) {
+        out << YAML::Flow << YAML::BeginMap << YAML::Key << "store" << YAML::Value << s.store
+            << YAML::Key << "weight" << YAML::Value << YAML::Precision(17) << s.weight
+            << YAML::EndMap;
       }
       out << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, FeedbackState>) {
@@ -345,7 +380,7 @@ bool ModelConfig::IsFullAttentionLayer(int64_t layer) const {
 
 namespace {
 
-Status SectionField(const char* section, const char* name, const std::string& why) {
+Status SectionField(const char* section, const std::string& name, const std::string& why) {
   return InvalidArgumentError(std::string(section) + "." + name + ": " + why);
 }
 
@@ -356,6 +391,17 @@ Status DataConfig::Validate() const {
     return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
   if (seq_len < 1)
     return SectionField("data", "seq_len", std::to_string(seq_len) + " must be >= 1");
+  if (!path.empty() && !sources.empty())
+    return SectionField("data", "sources", "give either data.path or data.sources, not both");
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string field = "sources[" + std::to_string(i) + "]";
+    if (sources[i].store.empty()) return SectionField("data", field + ".store", "is empty");
+    if (!(sources[i].weight > 0))
+      return SectionField("data", field + ".weight",
+                          std::to_string(sources[i].weight) + " must be > 0");
+  }
+  if (prefetch < 0 || prefetch > 1024)
+    return SectionField("data", "prefetch", std::to_string(prefetch) + " must be in [0, 1024]");
   return OkStatus();
 }
 

@@ -61,9 +61,19 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Where the training tokens come from and how batches are shaped.
+// One RocksDB token store (dataloader/FORMAT.md) and its share of the blend.
+struct DataSource {
+  std::string store;    // the store's directory, written by `fullband ingest`
+  double weight = 1.0;  // relative sampling weight (> 0); weights are normalized over sources
+  bool operator==(const DataSource&) const = default;
+};
+
+// Where the training tokens come from and how batches are shaped. Exactly one of `path` and
+// `sources` names the data of a training run.
 struct DataConfig {
-  std::string path;        // flat file of little-endian uint32 token ids (train reads it)
+  std::string path;                  // flat file of little-endian uint32 token ids
+  std::vector<DataSource> sources;   // RocksDB token stores, blended by weight
+  int64_t prefetch = 4;              // batches the store reader keeps ready ahead of the step
   int64_t batch_size = 8;  // B, sequences per step
   int64_t seq_len = 256;   // T, input tokens per sequence (each reads T + 1 tokens)
   int64_t seed = 0;        // the sampler's permutation seed

@@ -164,6 +164,26 @@ runtime:
   EXPECT_EQ(*back, *c);
 }
 
+TEST(Config, DataSources_AreReadWithWeightsAndRoundTrip) {
+  StatusOr<Config> c = ParseConfig(R"(
+data:
+  sources:
+    - {store: /data/web, weight: 0.7}
+    - {store: /data/code}
+  prefetch: 8
+)",
+                                   "blend.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->data.sources.size(), 2u);
+  EXPECT_EQ(c->data.sources[0].store, "/data/web");
+  EXPECT_DOUBLE_EQ(c->data.sources[0].weight, 0.7);
+  EXPECT_DOUBLE_EQ(c->data.sources[1].weight, 1.0);
+  EXPECT_EQ(c->data.prefetch, 8);
+  StatusOr<Config> back = ParseConfig(ConfigToYaml(*c), "dump");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *c);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     TrainingSections, ConfigErrors,
     ::testing::Values(
@@ -185,7 +205,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"runtime:\n  recompute: some\n",
                 "runtime.recompute: expected one of none, selective, full"},
         BadCase{"runtime:\n  device: tpu\n", "runtime.device: expected cpu or cuda, got 'tpu'"},
-        BadCase{"data:\n  batch_sise: 3\n", "unknown field data.batch_sise"}));
+        BadCase{"data:\n  batch_sise: 3\n", "unknown field data.batch_sise"},
+        BadCase{"data:\n  path: a.bin\n  sources: [{store: s}]\n",
+                "data.sources: give either data.path or data.sources"},
+        BadCase{"data:\n  sources: [{store: s, weight: 0}]\n",
+                "data.sources[0].weight: 0.000000 must be > 0"},
+        BadCase{"data:\n  sources: [{store: s, wieght: 1}]\n",
+                "unknown field data.sources[0].wieght"},
+        BadCase{"data:\n  sources: [{weight: 1}]\n", "data.sources[0].store is required"}));
 
 }  // namespace
 }  // namespace fullband
