@@ -1,0 +1,477 @@
+#include "dataloader/token_store.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/slice.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+
+namespace fullband::dataloader {
+namespace {
+
+constexpr const char* kSequencesFamily = "sequences";
+constexpr const char* kMetaFamily = "meta";
+constexpr const char* kMetadataKey = "metadata";
+constexpr const char* kIngestKey = "ingest";
+
+// Note [Record layout]: key = the index as 8 bytes big-endian (so keys sort by index); value =
+// (S + 1) little-endian uint32 ids followed by the little-endian xxh64 of those id bytes seeded
+// with the index, so a record copied to the wrong key fails its check too.
+std::string Key(int64_t index) {
+  std::string key(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    key[i] = static_cast<char>(static_cast<uint64_t>(index) >> (56 - 8 * i));
+  return key;
+}
+
+int64_t IndexOfKey(std::string_view key) {
+  uint64_t v = 0;
+  for (unsigned char c : key) v = (v << 8) | c;
+  return static_cast<int64_t>(v);
+}
+
+size_t ValueBytes(int64_t seq_len) { return static_cast<size_t>(seq_len + 1) * 4 + 8; }
+
+uint64_t Checksum(int64_t index, const char* ids, size_t bytes) {
+  return XXH64(ids, bytes, static_cast<uint64_t>(index));
+}
+
+std::string EncodeRecord(int64_t index, const uint32_t* ids, int64_t n) {
+  static_assert(std::endian::native == std::endian::little, "records are little-endian");
+  std::string value(static_cast<size_t>(n) * 4 + 8, '\0');
+  std::memcpy(value.data(), ids, static_cast<size_t>(n) * 4);
+  const uint64_t sum = Checksum(index, value.data(), static_cast<size_t>(n) * 4);
+  std::memcpy(value.data() + n * 4, &sum, 8);
+  return value;
+}
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return OkStatus();
+  const std::string msg = what + ": " + s.ToString();
+  if (s.IsNotFound()) return NotFoundError(msg);
+  if (s.IsCorruption()) return DataLossError(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) return UnavailableError(msg);
+  if (s.IsBusy() || s.IsTimedOut() || s.IsTryAgain()) return UnavailableError(msg);
+  return InternalError(msg);
+}
+
+rocksdb::Options StoreOptions() {
+  rocksdb::Options options;
+  options.compression = rocksdb::kNoCompression;  // ids are read far more often than stored
+  options.max_open_files = 512;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = 32 << 10;
+  table.block_cache = rocksdb::NewLRUCache(256 << 20);
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> Families(const rocksdb::Options& options) {
+  return {{rocksdb::kDefaultColumnFamilyName, options},
+          {kSequencesFamily, options},
+          {kMetaFamily, options}};
+}
+
+using json = nlohmann::json;
+
+}  // namespace
+
+// --- metadata --------------------------------------------------------------------------------
+
+std::string StoreMetadata::ToJson() const {
+  json j;
+  j["magic"] = kMagic;
+  j["version"] = kVersion;
+  j["tokenizer"] = {{"name", tokenizer}, {"sha256", tokenizer_hash}};
+  j["vocab_size"] = vocab_size;
+  j["seq_len"] = seq_len;
+  j["num_sequences"] = num_sequences;
+  j["num_documents"] = num_documents;
+  j["num_tokens"] = num_tokens;
+  j["tail"] = tail;
+  json srcs = json::array();
+  for (const StoreSource& s : sources) {
+    srcs.push_back({{"name", s.name},
+                    {"bytes", s.bytes},
+                    {"xxh64", s.xxh64},
+                    {"documents", s.documents},
+                    {"tokens", s.tokens},
+                    {"replaced", s.replaced}});
+  }
+  j["sources"] = std::move(srcs);
+  return j.dump(1);
+}
+
+StatusOr<StoreMetadata> StoreMetadata::FromJson(std::string_view text, const std::string& where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return DataLossError(where + ": the metadata record is not JSON");
+  }
+  if (j.value("magic", "") != kMagic) {
+    return DataLossError(where + ": not a fullband token store (metadata magic is " +
+                         j.value("magic", json("missing")).dump() + ")");
+  }
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != kVersion) {
+    return DataLossError(where + ": store format version " + j.value("version", json()).dump() +
+                         ", this fullband reads version " + std::to_string(kVersion));
+  }
+  StoreMetadata m;
+  try {
+    m.tokenizer = j.at("tokenizer").at("name").get<std::string>();
+    m.tokenizer_hash = j.at("tokenizer").at("sha256").get<std::string>();
+    m.vocab_size = j.at("vocab_size").get<int64_t>();
+    m.seq_len = j.at("seq_len").get<int64_t>();
+    m.num_sequences = j.at("num_sequences").get<int64_t>();
+    m.num_documents = j.at("num_documents").get<int64_t>();
+    m.num_tokens = j.at("num_tokens").get<int64_t>();
+    m.tail = j.at("tail").get<std::vector<uint32_t>>();
+    for (const json& s : j.at("sources")) {
+      m.sources.push_back(
+          StoreSource{s.at("name").get<std::string>(), s.at("bytes").get<uint64_t>(),
+                      s.at("xxh64").get<std::string>(), s.at("documents").get<int64_t>(),
+                      s.at("tokens").get<int64_t>(), s.at("replaced").get<int64_t>()});
+    }
+  } catch (const json::exception& e) {
+    return DataLossError(where + ": metadata record: " + e.what());
+  }
+  FB_RETURN_IF_ERROR(m.CheckConsistent(where));
+  return m;
+}
+
+Status StoreMetadata::CheckConsistent(const std::string& where) const {
+  auto bad = [&](const std::string& what) { return DataLossError(where + ": metadata: " + what); };
+  if (seq_len < 1) return bad("seq_len " + std::to_string(seq_len) + " < 1");
+  if (vocab_size < 1) return bad("vocab_size " + std::to_string(vocab_size) + " < 1");
+  if (num_sequences < 0) return bad("num_sequences < 0");
+  if (static_cast<int64_t>(tail.size()) > seq_len) {
+    return bad("the tail holds " + std::to_string(tail.size()) + " tokens, a full record " +
+               std::to_string(seq_len + 1));
+  }
+  if (num_tokens != num_sequences * (seq_len + 1) + static_cast<int64_t>(tail.size())) {
+    return bad("num_tokens " + std::to_string(num_tokens) +
+               " != num_sequences × (seq_len + 1) + "
+               "tail = " +
+               std::to_string(num_sequences * (seq_len + 1) + tail.size()));
+  }
+  int64_t tokens = 0, documents = 0;
+  for (const StoreSource& s : sources) {
+    tokens += s.tokens;
+    documents += s.documents;
+  }
+  if (tokens != num_tokens) {
+    return bad("sources hold " + std::to_string(tokens) + " tokens, num_tokens is " +
+               std::to_string(num_tokens));
+  }
+  if (documents != num_documents) {
+    return bad("sources hold " + std::to_string(documents) + " documents, num_documents is " +
+               std::to_string(num_documents));
+  }
+  for (uint32_t id : tail) {
+    if (id >= vocab_size) return bad("tail id " + std::to_string(id) + " >= vocab_size");
+  }
+  return OkStatus();
+}
+
+// --- in memory -------------------------------------------------------------------------------
+
+MemoryTokenStore::MemoryTokenStore(std::string name, int64_t seq_len, int64_t vocab_size,
+                                   std::vector<uint32_t> tokens)
+    : name_(std::move(name)),
+      seq_len_(seq_len),
+      vocab_size_(vocab_size),
+      tokens_(std::move(tokens)) {
+  FB_CHECK_EQ(tokens_.size() % static_cast<size_t>(seq_len_ + 1), 0u);
+}
+
+int64_t MemoryTokenStore::num_sequences() const {
+  return static_cast<int64_t>(tokens_.size()) / (seq_len_ + 1);
+}
+
+Status MemoryTokenStore::Read(std::span<const int64_t> indices, uint32_t* out) const {
+  const size_t n = static_cast<size_t>(seq_len_ + 1);
+  for (int64_t index : indices) {
+    if (index < 0 || index >= num_sequences()) {
+      return OutOfRangeError(name_ + ": sequence " + std::to_string(index) + " of " +
+                             std::to_string(num_sequences()));
+    }
+    std::memcpy(out, tokens_.data() + index * n, n * 4);
+    out += n;
+  }
+  return OkStatus();
+}
+
+// --- RocksDB, read-only ----------------------------------------------------------------------
+
+RocksDbTokenStore::RocksDbTokenStore(std::string path, rocksdb::DB* db,
+                                     std::vector<rocksdb::ColumnFamilyHandle*> handles)
+    : path_(std::move(path)), db_(db), handles_(std::move(handles)) {}
+
+RocksDbTokenStore::~RocksDbTokenStore() {
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  delete db_;
+}
+
+StatusOr<std::unique_ptr<RocksDbTokenStore>> RocksDbTokenStore::Open(const std::string& path) {
+  if (!std::filesystem::exists(std::filesystem::path(path) / "CURRENT")) {
+    return NotFoundError(path + ": no token store here (write one with `fullband ingest`)");
+  }
+  rocksdb::Options options = StoreOptions();
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  const rocksdb::Status s =
+      rocksdb::DB::OpenForReadOnly(options, path, Families(options), &handles, &db);
+  if (!s.ok()) {
+    if (s.IsInvalidArgument()) {
+      return DataLossError(path + ": not a fullband token store (" + s.ToString() + ")");
+    }
+    return FromRocks(s, path);
+  }
+  // handles: [default, sequences, meta]; the default family is unused.
+  db->DestroyColumnFamilyHandle(handles[0]).PermitUncheckedError();
+  std::unique_ptr<RocksDbTokenStore> store(
+      new RocksDbTokenStore(path, db, {handles[1], handles[2]}));
+  std::string text;
+  rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[2], kMetadataKey, &text);
+  if (got.IsNotFound()) return DataLossError(path + ": the metadata record is missing");
+  FB_RETURN_IF_ERROR(FromRocks(got, path + ": metadata"));
+  FB_ASSIGN_OR_RETURN(store->metadata_, StoreMetadata::FromJson(text, path));
+  got = db->Get(rocksdb::ReadOptions(), handles[2], kIngestKey, &store->unfinished_ingest_);
+  if (!got.ok() && !got.IsNotFound()) return FromRocks(got, path + ": ingest mark");
+  return store;
+}
+
+Status RocksDbTokenStore::CheckRecord(int64_t index, std::string_view value, uint32_t* out) const {
+  const int64_t n = metadata_.seq_len + 1;
+  if (value.size() != ValueBytes(metadata_.seq_len)) {
+    return DataLossError(path_ + ": sequence " + std::to_string(index) + ": record of " +
+                         std::to_string(value.size()) + " bytes, expected " +
+                         std::to_string(ValueBytes(metadata_.seq_len)));
+  }
+  uint64_t sum;
+  std::memcpy(&sum, value.data() + n * 4, 8);
+  if (sum != Checksum(index, value.data(), static_cast<size_t>(n) * 4)) {
+    return DataLossError(path_ + ": sequence " + std::to_string(index) + ": checksum mismatch");
+  }
+  std::memcpy(out, value.data(), static_cast<size_t>(n) * 4);
+  uint32_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, out[i]);
+  if (worst >= metadata_.vocab_size) {
+    return DataLossError(path_ + ": sequence " + std::to_string(index) + ": id " +
+                         std::to_string(worst) + " >= vocab_size " +
+                         std::to_string(metadata_.vocab_size));
+  }
+  return OkStatus();
+}
+
+Status RocksDbTokenStore::Read(std::span<const int64_t> indices, uint32_t* out) const {
+  const size_t count = indices.size();
+  std::vector<std::string> keys(count);
+  std::vector<rocksdb::Slice> slices(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (indices[i] < 0 || indices[i] >= metadata_.num_sequences) {
+      return OutOfRangeError(path_ + ": sequence " + std::to_string(indices[i]) + " of " +
+                             std::to_string(metadata_.num_sequences));
+    }
+    keys[i] = Key(indices[i]);
+    slices[i] = keys[i];
+  }
+  std::vector<rocksdb::PinnableSlice> values(count);
+  std::vector<rocksdb::Status> statuses(count);
+  db_->MultiGet(rocksdb::ReadOptions(), handles_[0], count, slices.data(), values.data(),
+                statuses.data());
+  const size_t n = static_cast<size_t>(metadata_.seq_len + 1);
+  for (size_t i = 0; i < count; ++i) {
+    if (statuses[i].IsNotFound()) {
+      return DataLossError(path_ + ": sequence " + std::to_string(indices[i]) + " is missing");
+    }
+    FB_RETURN_IF_ERROR(FromRocks(statuses[i], path_ + ": sequence " + std::to_string(indices[i])));
+    FB_RETURN_IF_ERROR(CheckRecord(indices[i], values[i].ToStringView(), out + i * n));
+  }
+  return OkStatus();
+}
+
+uint64_t RocksDbTokenStore::disk_bytes() const {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path_, ec)) {
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  }
+  return total;
+}
+
+StatusOr<RocksDbTokenStore::VerifyReport> RocksDbTokenStore::Verify(
+    const std::function<void(int64_t, int64_t)>& progress) const {
+  VerifyReport report;
+  auto problem = [&](std::string what) {
+    ++report.bad_records;
+    if (report.problems.size() < 20) report.problems.push_back(std::move(what));
+  };
+  std::vector<uint32_t> ids(static_cast<size_t>(metadata_.seq_len + 1));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handles_[0]));
+  int64_t expected = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    if (key.size() != 8) {
+      problem(path_ + ": a record key of " + std::to_string(key.size()) + " bytes");
+      continue;
+    }
+    const int64_t index = IndexOfKey(key.ToStringView());
+    if (index >= metadata_.num_sequences) {
+      ++report.extra_records;
+      continue;
+    }
+    for (; expected < index; ++expected) {
+      problem(path_ + ": sequence " + std::to_string(expected) + " is missing");
+    }
+    expected = index + 1;
+    ++report.records;
+    const Status s = CheckRecord(index, it->value().ToStringView(), ids.data());
+    if (!s.ok()) problem(s.message());
+    if (progress && report.records % 65536 == 0) progress(report.records, metadata_.num_sequences);
+  }
+  FB_RETURN_IF_ERROR(FromRocks(it->status(), path_ + ": reading records"));
+  for (; expected < metadata_.num_sequences; ++expected) {
+    problem(path_ + ": sequence " + std::to_string(expected) + " is missing");
+  }
+  if (progress) progress(report.records, metadata_.num_sequences);
+  return report;
+}
+
+// --- writer ----------------------------------------------------------------------------------
+
+TokenStoreWriter::TokenStoreWriter(std::string path, rocksdb::DB* db,
+                                   std::vector<rocksdb::ColumnFamilyHandle*> handles)
+    : path_(std::move(path)), db_(db), handles_(std::move(handles)) {}
+
+TokenStoreWriter::~TokenStoreWriter() {
+  if (!closed_) Close().IgnoreError();
+  for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  delete db_;
+}
+
+StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::string& path,
+                                                                   const Identity& identity,
+                                                                   const std::string& description) {
+  rocksdb::Options options = StoreOptions();
+  options.create_if_missing = true;
+  options.create_missing_column_families = true;
+  options.write_buffer_size = 64 << 20;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  FB_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(options, path, Families(options), &handles, &db), path));
+  db->DestroyColumnFamilyHandle(handles[0]).PermitUncheckedError();
+  std::unique_ptr<TokenStoreWriter> w(new TokenStoreWriter(path, db, {handles[1], handles[2]}));
+
+  std::string text;
+  const rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[2], kMetadataKey, &text);
+  if (got.IsNotFound()) {
+    w->metadata_.tokenizer = identity.tokenizer;
+    w->metadata_.tokenizer_hash = identity.tokenizer_hash;
+    w->metadata_.vocab_size = identity.vocab_size;
+    w->metadata_.seq_len = identity.seq_len;
+  } else {
+    FB_RETURN_IF_ERROR(FromRocks(got, path + ": metadata"));
+    FB_ASSIGN_OR_RETURN(w->metadata_, StoreMetadata::FromJson(text, path));
+    const StoreMetadata& m = w->metadata_;
+    auto differs = [&](const char* what, const std::string& store, const std::string& asked) {
+      return FailedPreconditionError(path + ": the store was written with " + what + " " + store +
+                                     ", this ingest uses " + asked);
+    };
+    if (m.seq_len != identity.seq_len) {
+      return differs("seq_len", std::to_string(m.seq_len), std::to_string(identity.seq_len));
+    }
+    if (m.tokenizer != identity.tokenizer || m.tokenizer_hash != identity.tokenizer_hash) {
+      return differs("tokenizer", m.tokenizer + " (" + m.tokenizer_hash + ")",
+                     identity.tokenizer + " (" + identity.tokenizer_hash + ")");
+    }
+    if (m.vocab_size != identity.vocab_size) {
+      return differs("vocab_size", std::to_string(m.vocab_size),
+                     std::to_string(identity.vocab_size));
+    }
+  }
+  // Records past the committed count belong to an ingest that never committed.
+  rocksdb::WriteBatch batch;
+  FB_RETURN_IF_ERROR(FromRocks(batch.DeleteRange(handles[1], Key(w->metadata_.num_sequences),
+                                                 std::string(8, '\xff') + '\xff'),
+                               path));
+  FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles[2], kIngestKey, description), path));
+  FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles[2], kMetadataKey, w->metadata_.ToJson()), path));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  FB_RETURN_IF_ERROR(FromRocks(db->Write(sync, &batch), path + ": marking the ingest"));
+  return w;
+}
+
+bool TokenStoreWriter::HasSource(const std::string& xxh64) const {
+  return std::any_of(metadata_.sources.begin(), metadata_.sources.end(),
+                     [&](const StoreSource& s) { return s.xxh64 == xxh64; });
+}
+
+Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
+  const int64_t n = metadata_.seq_len + 1;
+  FB_CHECK_EQ(tokens.size() % static_cast<size_t>(n), 0u);
+  rocksdb::WriteBatch batch;
+  for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n)) {
+    const int64_t index = metadata_.num_sequences + appended_;
+    FB_RETURN_IF_ERROR(FromRocks(
+        batch.Put(handles_[0], Key(index), EncodeRecord(index, tokens.data() + at, n)), path_));
+    ++appended_;
+  }
+  // Not synced: Commit's synced write makes everything before it durable (one WAL, in order).
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), path_ + ": appending records");
+}
+
+Status TokenStoreWriter::Commit(std::vector<uint32_t> tail,
+                                const std::vector<StoreSource>& sources) {
+  StoreMetadata next = metadata_;
+  next.num_sequences += appended_;
+  next.tail = std::move(tail);
+  for (const StoreSource& s : sources) {
+    next.sources.push_back(s);
+    next.num_documents += s.documents;
+  }
+  next.num_tokens =
+      next.num_sequences * (next.seq_len + 1) + static_cast<int64_t>(next.tail.size());
+  FB_RETURN_IF_ERROR(next.CheckConsistent(path_ + " (commit)"));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  FB_RETURN_IF_ERROR(
+      FromRocks(db_->Put(sync, handles_[1], kMetadataKey, next.ToJson()), path_ + ": committing"));
+  metadata_ = std::move(next);
+  appended_ = 0;
+  return OkStatus();
+}
+
+Status TokenStoreWriter::Rollback() {
+  if (appended_ == 0) return OkStatus();
+  const rocksdb::Status s =
+      db_->DeleteRange(rocksdb::WriteOptions(), handles_[0], Key(metadata_.num_sequences),
+                       Key(metadata_.num_sequences + appended_));
+  appended_ = 0;
+  return FromRocks(s, path_ + ": rolling back");
+}
+
+Status TokenStoreWriter::Close() {
+  if (closed_) return OkStatus();
+  closed_ = true;
+  FB_RETURN_IF_ERROR(Rollback());
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  FB_RETURN_IF_ERROR(FromRocks(db_->Delete(sync, handles_[1], kIngestKey), path_ + ": closing"));
+  // One sorted run: readers then search a single level.
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+  return FromRocks(db_->CompactRange(compact, handles_[0], nullptr, nullptr),
+                   path_ + ": compacting");
+}
+
+}  // namespace fullband::dataloader

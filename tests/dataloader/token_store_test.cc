@@ -1,0 +1,290 @@
+// Token store: round trips, commits that survive a crashed writer, and corrupt, truncated or
+// missing records reported by index — never returned as tokens.
+#include "dataloader/token_store.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+
+namespace fullband::dataloader {
+namespace {
+
+constexpr int64_t kSeqLen = 7;  // records of 8 tokens
+constexpr int64_t kVocab = 1000;
+
+TokenStoreWriter::Identity Ident(int64_t seq_len = kSeqLen) {
+  return {"test", "abc123", kVocab, seq_len};
+}
+
+class TokenStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fullband_store_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/store";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Records r = 0..n−1 with token i of record r = (r · 8 + i) % kVocab.
+  static std::vector<uint32_t> Records(int64_t first, int64_t n) {
+    std::vector<uint32_t> t(static_cast<size_t>(n * (kSeqLen + 1)));
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<uint32_t>((first * 8 + i) % kVocab);
+    return t;
+  }
+  static StoreSource Source(const std::string& name, int64_t tokens, int64_t docs = 1) {
+    return StoreSource{name, 100, name + "-hash", docs, tokens, 0};
+  }
+
+  // Writes n records and a tail of 3 tokens as one committed source.
+  void WriteStore(int64_t n) {
+    auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Append(Records(0, n)).ok());
+    ASSERT_TRUE((*w)->Commit({1, 2, 3}, {Source("a", n * (kSeqLen + 1) + 3)}).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+
+  // Overwrites a record's value behind the store's back.
+  void Tamper(int64_t index, const std::function<void(std::string*)>& edit) {
+    rocksdb::Options options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, options}, {"sequences", options}, {"meta", options}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, path_, families, &handles, &db).ok());
+    std::string key(8, '\0');
+    key[7] = static_cast<char>(index);
+    std::string value;
+    if (edit) {
+      ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), handles[1], key, &value).ok());
+      edit(&value);
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], key, value).ok());
+    } else {
+      ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[1], key).ok());
+    }
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    delete db;
+  }
+
+  std::string dir_, path_;
+};
+
+TEST_F(TokenStoreTest, WrittenRecords_ReadBackExactly) {
+  WriteStore(20);
+  auto store = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->num_sequences(), 20);
+  EXPECT_EQ((*store)->seq_len(), kSeqLen);
+  EXPECT_EQ((*store)->metadata().num_tokens, 20 * 8 + 3);
+  EXPECT_EQ((*store)->metadata().tail, (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_TRUE((*store)->unfinished_ingest().empty());
+  const std::vector<int64_t> indices = {19, 0, 7, 7};
+  std::vector<uint32_t> out(indices.size() * 8);
+  ASSERT_TRUE((*store)->Read(indices, out.data()).ok());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const std::vector<uint32_t> want = Records(indices[k], 1);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), out.begin() + k * 8)) << "record " << k;
+  }
+  auto report = (*store)->Verify(nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->records, 20);
+  EXPECT_EQ(report->bad_records, 0);
+}
+
+TEST_F(TokenStoreTest, IndexPastTheEnd_IsOutOfRange) {
+  WriteStore(5);
+  auto store = RocksDbTokenStore::Open(path_);
+  std::vector<uint32_t> out(8);
+  const int64_t index = 5;
+  EXPECT_EQ((*store)->Read({&index, 1}, out.data()).code(), StatusCode::kOutOfRange);
+}
+
+TEST_F(TokenStoreTest, TwoReaders_OpenOneStoreAtOnce_AlsoWhileAWriterAppends) {
+  WriteStore(4);
+  auto a = RocksDbTokenStore::Open(path_);
+  auto b = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto c = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->num_sequences(), 4);
+  EXPECT_FALSE((*c)->unfinished_ingest().empty());  // the writer is still open
+}
+
+TEST_F(TokenStoreTest, SecondWriter_IsRefused) {
+  WriteStore(1);
+  auto first = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE(first.ok());
+  auto second = TokenStoreWriter::Open(path_, Ident(), "{}");
+  EXPECT_FALSE(second.ok());
+}
+
+TEST_F(TokenStoreTest, CorruptRecord_IsDataLossNamingTheIndex) {
+  WriteStore(10);
+  Tamper(3, [](std::string* v) { (*v)[5] ^= 1; });
+  auto store = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint32_t> out(8);
+  const int64_t index = 3;
+  const Status s = (*store)->Read({&index, 1}, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find(path_ + ": sequence 3: checksum mismatch"), std::string::npos)
+      << s.ToString();
+  auto report = (*store)->Verify(nullptr);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->bad_records, 1);
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_NE(report->problems[0].find("sequence 3"), std::string::npos);
+}
+
+TEST_F(TokenStoreTest, TruncatedRecord_IsDataLoss) {
+  WriteStore(10);
+  Tamper(6, [](std::string* v) { v->resize(v->size() - 4); });
+  auto store = RocksDbTokenStore::Open(path_);
+  std::vector<uint32_t> out(8);
+  const int64_t index = 6;
+  const Status s = (*store)->Read({&index, 1}, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("sequence 6: record of 36 bytes, expected 40"), std::string::npos)
+      << s.ToString();
+}
+
+TEST_F(TokenStoreTest, MissingRecord_IsDataLossInReadAndVerify) {
+  WriteStore(10);
+  Tamper(8, nullptr);
+  auto store = RocksDbTokenStore::Open(path_);
+  std::vector<uint32_t> out(8);
+  const int64_t index = 8;
+  EXPECT_EQ((*store)->Read({&index, 1}, out.data()).code(), StatusCode::kDataLoss);
+  auto report = (*store)->Verify(nullptr);
+  EXPECT_EQ(report->bad_records, 1);
+  EXPECT_EQ(report->records, 9);
+}
+
+TEST_F(TokenStoreTest, RecordAtTheWrongIndex_FailsItsChecksum) {
+  WriteStore(10);
+  std::string moved;
+  Tamper(2, [&](std::string* v) { moved = *v; });
+  Tamper(4, [&](std::string* v) { *v = moved; });
+  auto store = RocksDbTokenStore::Open(path_);
+  std::vector<uint32_t> out(8);
+  const int64_t index = 4;
+  EXPECT_EQ((*store)->Read({&index, 1}, out.data()).code(), StatusCode::kDataLoss);
+}
+
+TEST_F(TokenStoreTest, CrashedIngest_OpensAsThePreviousCommitAndIsReportedUnfinished) {
+  WriteStore(5);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // An ingest that appends and dies before committing.
+    auto w = TokenStoreWriter::Open(path_, Ident(), R"({"inputs": ["big.jsonl"]})");
+    if (!w.ok()) _exit(1);
+    if (!(*w)->Append(Records(5, 3)).ok()) _exit(2);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  auto store = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->num_sequences(), 5);
+  EXPECT_NE((*store)->unfinished_ingest().find("big.jsonl"), std::string::npos);
+  auto report = (*store)->Verify(nullptr);
+  EXPECT_EQ(report->bad_records, 0);
+  EXPECT_EQ(report->extra_records, 3);
+  store->reset();
+
+  // The next ingest drops the leftovers and continues from the committed count.
+  auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append(Records(5, 2)).ok());
+  ASSERT_TRUE((*w)->Commit({}, {Source("b", 2 * 8 - 3)}).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  w->reset();
+  auto after = RocksDbTokenStore::Open(path_);
+  EXPECT_EQ((*after)->num_sequences(), 7);
+  EXPECT_TRUE((*after)->unfinished_ingest().empty());
+  auto clean = (*after)->Verify(nullptr);
+  EXPECT_EQ(clean->extra_records, 0);
+  EXPECT_EQ(clean->bad_records, 0);
+}
+
+TEST_F(TokenStoreTest, Rollback_DropsUncommittedRecords) {
+  WriteStore(3);
+  auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE((*w)->Append(Records(3, 4)).ok());
+  ASSERT_TRUE((*w)->Rollback().ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  w->reset();
+  auto store = RocksDbTokenStore::Open(path_);
+  EXPECT_EQ((*store)->num_sequences(), 3);
+  EXPECT_EQ((*store)->Verify(nullptr)->extra_records, 0);
+}
+
+TEST_F(TokenStoreTest, OtherSeqLenOrTokenizer_IsRefusedByTheWriter) {
+  WriteStore(2);
+  auto longer = TokenStoreWriter::Open(path_, Ident(15), "{}");
+  ASSERT_FALSE(longer.ok());
+  EXPECT_EQ(longer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(longer.status().message().find("seq_len 7, this ingest uses 15"), std::string::npos);
+  TokenStoreWriter::Identity other = Ident();
+  other.tokenizer_hash = "fff";
+  EXPECT_EQ(TokenStoreWriter::Open(path_, other, "{}").status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(TokenStoreTest, NoStore_IsNotFound) {
+  EXPECT_EQ(RocksDbTokenStore::Open(dir_ + "/nothing").status().code(), StatusCode::kNotFound);
+}
+
+TEST(StoreMetadata, Json_RoundTrips) {
+  StoreMetadata m;
+  m.tokenizer = "phi4";
+  m.tokenizer_hash = "223921";
+  m.vocab_size = 100352;
+  m.seq_len = 4;
+  m.num_sequences = 2;
+  m.tail = {5, 6};
+  m.num_tokens = 12;
+  m.num_documents = 3;
+  m.sources = {{"a.txt", 10, "00ff", 3, 12, 1}};
+  StatusOr<StoreMetadata> back = StoreMetadata::FromJson(m.ToJson(), "x");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, m);
+}
+
+TEST(StoreMetadata, BadRecords_AreDataLossWithTheReason) {
+  EXPECT_NE(StoreMetadata::FromJson("{", "s").status().message().find("not JSON"),
+            std::string::npos);
+  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "other"})", "s")
+                .status()
+                .message()
+                .find("not a fullband token store"),
+            std::string::npos);
+  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "fullband-token-store", "version": 9})", "s")
+                .status()
+                .message()
+                .find("version 9"),
+            std::string::npos);
+  StoreMetadata m;
+  m.tokenizer = "phi4";
+  m.vocab_size = 10;
+  m.seq_len = 4;
+  m.num_sequences = 1;
+  m.num_tokens = 6;  // should be 5
+  m.sources = {{"a", 1, "h", 1, 6, 0}};
+  const Status s = StoreMetadata::FromJson(m.ToJson(), "s").status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("num_tokens 6"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace fullband::dataloader
