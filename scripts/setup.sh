@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev libopenblas0-pthread libdnnl-dev
   libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format python3 python3-numpy python3-yaml python3-torch
+  prometheus  # promtool validates the /metrics exposition in tests
 )
 
 missing=()
