@@ -6,6 +6,8 @@
 
 #include "common/logging.h"
 #include "common/schedule.h"
+#include "dataloader/reader.h"
+#include "dataloader/token_store.h"
 #include "ops/backend.h"
 #include "worker/model.h"
 #include "worker/optimizer.h"
@@ -17,6 +19,80 @@ namespace {
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
+
+// Where a run's batches come from: the flat token file or the blended token stores.
+class BatchSource {
+ public:
+  static StatusOr<std::unique_ptr<BatchSource>> Open(const Config& config) {
+    const DataConfig& d = config.data;
+    std::unique_ptr<BatchSource> src(new BatchSource);
+    src->batch_ = d.batch_size;
+    src->seq_len_ = d.seq_len;
+    if (!d.path.empty()) {
+      FB_ASSIGN_OR_RETURN(TokenFile file,
+                          TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
+      src->file_ = std::make_unique<TokenFile>(std::move(file));
+      src->seed_ = static_cast<uint64_t>(d.seed);
+      src->description_ = std::to_string(src->file_->num_tokens()) + " tokens of " + d.path;
+      return src;
+    }
+    if (d.sources.empty()) {
+      return InvalidArgumentError(
+          "data: name the training data, either data.path (a token file) or data.sources "
+          "(token stores written by `fullband ingest`)");
+    }
+    std::vector<int64_t> sizes;
+    std::vector<double> weights;
+    std::vector<const dataloader::TokenStore*> stores;
+    int64_t sequences = 0;
+    for (const DataSource& s : d.sources) {
+      FB_ASSIGN_OR_RETURN(std::unique_ptr<dataloader::RocksDbTokenStore> store,
+                          dataloader::RocksDbTokenStore::Open(s.store));
+      if (store->num_sequences() == 0) {
+        return FailedPreconditionError(s.store + ": the store holds no full sequence yet");
+      }
+      sizes.push_back(store->num_sequences());
+      weights.push_back(s.weight);
+      sequences += store->num_sequences();
+      stores.push_back(store.get());
+      src->stores_.push_back(std::move(store));
+    }
+    FB_ASSIGN_OR_RETURN(dataloader::Sampler sampler,
+                        dataloader::Sampler::Create(sizes, weights, static_cast<uint64_t>(d.seed)));
+    dataloader::ReaderOptions ro;
+    ro.batch_size = d.batch_size;
+    ro.seq_len = d.seq_len;
+    ro.vocab_size = config.model.vocab_size;
+    ro.prefetch = d.prefetch;
+    const dataloader::SamplerCursor start = sampler.Start();
+    FB_ASSIGN_OR_RETURN(src->reader_,
+                        dataloader::BatchReader::Create(stores, std::move(sampler), start, ro));
+    src->description_ = std::to_string(sequences) + " sequences in " +
+                        std::to_string(d.sources.size()) + " token store(s)";
+    return src;
+  }
+
+  // The batch of `step` into tokens (B, T + 1). Steps are read in order from 0.
+  Status Read(int64_t step, int32_t* tokens) {
+    if (file_) {
+      file_->ReadBatch(seed_, step * batch_, batch_, tokens);
+      return OkStatus();
+    }
+    FB_ASSIGN_OR_RETURN(dataloader::Batch batch, reader_->Next());
+    std::copy(batch.tokens.begin(), batch.tokens.end(), tokens);
+    return OkStatus();
+  }
+  const std::string& description() const { return description_; }
+
+ private:
+  BatchSource() = default;
+  int64_t batch_ = 0, seq_len_ = 0;
+  uint64_t seed_ = 0;
+  std::unique_ptr<TokenFile> file_;
+  std::vector<std::unique_ptr<dataloader::RocksDbTokenStore>> stores_;
+  std::unique_ptr<dataloader::BatchReader> reader_;  // reads stores_: declared after them
+  std::string description_;
+};
 
 }  // namespace
 
@@ -45,12 +121,9 @@ double MeasurePeakGflops(ops::Backend& be) {
 StatusOr<TrainSummary> Train(const Config& config,
                              const std::function<void(const StepRecord&)>& on_step) {
   FB_RETURN_IF_ERROR(config.Validate());
-  if (config.data.path.empty()) {
-    return InvalidArgumentError("data.path: the token file to train on is required");
-  }
   const ModelConfig& m = config.model;
   const int64_t b = config.data.batch_size, t = config.data.seq_len;
-  FB_ASSIGN_OR_RETURN(TokenFile data, TokenFile::Open(config.data.path, m.vocab_size, t));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data, BatchSource::Open(config));
   ops::BackendOptions bo;
   bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
   bo.num_threads = static_cast<int>(config.runtime.threads);
@@ -74,19 +147,18 @@ StatusOr<TrainSummary> Train(const Config& config,
       config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
   const double flops_per_token = ModelFlopsPerToken(m, model->table().CountParameters(), t);
   FB_LOG(INFO) << "training " << model->table().CountParameters() << " parameters on "
-               << backend->name() << ": " << data.num_tokens() << " tokens in "
-               << data.num_sequences() << " sequences of " << t + 1 << ", batch " << b << ", "
-               << config.schedule.steps << " steps, up to " << shape.max_passes
-               << " passes, recompute " << RecomputeName(shape.recompute) << ", activations "
-               << model->activation_bytes() / (1 << 20) << " MiB, MFU peak " << summary.peak_gflops
-               << " GFLOP/s";
+               << backend->name() << ": " << data->description() << ", sequences of " << t + 1
+               << ", batch " << b << ", " << config.schedule.steps << " steps, up to "
+               << shape.max_passes << " passes, recompute " << RecomputeName(shape.recompute)
+               << ", activations " << model->activation_bytes() / (1 << 20) << " MiB, MFU peak "
+               << summary.peak_gflops << " GFLOP/s";
 
   std::vector<int32_t> tokens(b * (t + 1));
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < config.schedule.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t passes = PassesForStep(config.schedule, step);
-    data.ReadBatch(static_cast<uint64_t>(config.data.seed), step * b, b, tokens.data());
+    FB_RETURN_IF_ERROR(data->Read(step, tokens.data()));
     StepOptions options;
     options.passes = static_cast<int>(passes);
     options.jitter = m.jitter;

@@ -2,8 +2,9 @@
 // with per-step accounting of tokens, token-equivalents (tokens × passes), throughput and MFU.
 //
 // Each step draws its pass count from the schedule (common/schedule.h), its batch from the
-// token file at cursor step·B, and its jitter/mixin draws from (schedule seed, step), so step
-// s of a run is the same whatever ran before it.
+// token file at cursor step·B or from the blended token stores (dataloader/reader.h), and its
+// jitter/mixin draws from (schedule seed, step), so step s of a run is the same whatever ran before
+// it.
 #pragma once
 
 #include <cstdint>
@@ -44,9 +45,10 @@ struct TrainSummary {
 // The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
 double MeasurePeakGflops(ops::Backend& backend);
 
-// Runs config.schedule.steps steps (the config must be valid; data.path must be set).
-// `on_step` (optional) sees every step's record. Errors: those of the token file, the weights
-// file, and the backend.
+// Runs config.schedule.steps steps (the config must be valid and name data.path or
+// data.sources).
+// `on_step` (optional) sees every step's record. Errors: those of the token file or stores
+// (a corrupt record is DATA_LOSS naming it), the weights file, and the backend.
 StatusOr<TrainSummary> Train(const Config& config,
                              const std::function<void(const StepRecord&)>& on_step);
 

@@ -8,11 +8,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
 
+#include "dataloader/token_store.h"
 #include "worker/optimizer.h"
 #include "worker/token_file.h"
 
@@ -95,9 +97,7 @@ std::string LicenseTokens() {
   return ids.size() > 100000 ? WriteTokens(ids, "licenses.bin") : "";
 }
 
-TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
-  const std::string path = LicenseTokens();
-  if (path.empty()) GTEST_SKIP() << "/usr/share/common-licenses not found";
+Config SmallConfig() {
   Config c;
   ModelConfig& m = c.model;
   m.vocab_size = 257;
@@ -111,7 +111,6 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
   m.max_seq_len = 128;
   m.window = 32;
   m.full_attention_every = 2;
-  c.data.path = path;
   c.data.batch_size = 8;
   c.data.seq_len = 64;
   c.optim.lr = 3e-3;
@@ -119,6 +118,14 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
   c.schedule.steps = 200;
   c.schedule.phases = {{1.0, {{1, 0.6}, {2, 0.3}, {3, 0.1}}}};
   c.runtime.peak_gflops = 100;  // MFU is not under test; skip the measurement
+  return c;
+}
+
+TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
+  const std::string path = LicenseTokens();
+  if (path.empty()) GTEST_SKIP() << "/usr/share/common-licenses not found";
+  Config c = SmallConfig();
+  c.data.path = path;
   std::map<int64_t, std::vector<std::vector<double>>> losses;
   StatusOr<TrainSummary> s =
       Train(c, [&](const StepRecord& r) { losses[r.passes].push_back(r.pass_loss); });
@@ -139,6 +146,54 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
           << k << "-pass steps, pass " << pass + 1 << ": " << first << " -> " << last;
     }
   }
+}
+
+// The license bytes packed into a token store of records of 65 tokens, as ingest would.
+std::string LicenseStore(const std::string& name) {
+  const std::string file = LicenseTokens();
+  if (file.empty()) return "";
+  std::ifstream in(file, std::ios::binary);
+  std::vector<uint32_t> ids;
+  uint32_t id;
+  while (in.read(reinterpret_cast<char*>(&id), 4)) ids.push_back(id);
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(path);
+  auto w = dataloader::TokenStoreWriter::Open(path, {"bytes", "-", 257, 64}, "{}");
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  const size_t full = ids.size() / 65 * 65;
+  EXPECT_TRUE((*w)->Append({ids.data(), full}).ok());
+  dataloader::StoreSource src{"licenses", ids.size(), "0", 1, static_cast<int64_t>(ids.size()), 0};
+  EXPECT_TRUE((*w)->Commit({ids.begin() + full, ids.end()}, {src}).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  return path;
+}
+
+TEST(Trainer, TokenStore_TrainsAndTheLossFalls) {
+  const std::string store = LicenseStore("licenses.store");
+  if (store.empty()) GTEST_SKIP() << "/usr/share/common-licenses not found";
+  Config c = SmallConfig();
+  c.data.sources = {{store, 1.0}};
+  c.schedule.steps = 80;
+  c.schedule.phases = {{1.0, {{1, 0.5}, {2, 0.5}}}};
+  std::vector<double> first_pass;
+  StatusOr<TrainSummary> s =
+      Train(c, [&](const StepRecord& r) { first_pass.push_back(r.pass_loss[0]); });
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(first_pass.size(), 80u);
+  const double first = (first_pass[0] + first_pass[1] + first_pass[2]) / 3;
+  const double last = (first_pass[77] + first_pass[78] + first_pass[79]) / 3;
+  EXPECT_LT(last, first - 1.0) << first << " -> " << last;
+}
+
+TEST(Trainer, MissingStoreOrNoData_IsAClearError) {
+  Config c = SmallConfig();
+  const Status none = Train(c, nullptr).status();
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("data.path"), std::string::npos);
+  c.data.sources = {{"/nonexistent/store", 1.0}};
+  const Status missing = Train(c, nullptr).status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("/nonexistent/store"), std::string::npos);
 }
 
 }  // namespace
