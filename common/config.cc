@@ -81,13 +81,47 @@ void VisitRuntimeFields(R& r, Visitor&& visit) {
   visit("peak_gflops", r.peak_gflops);
 }
 
+template <typename P, typename Visitor>
+void VisitParallelFields(P& p, Visitor&& visit) {
+  visit("tp", p.tp);
+  visit("dp", p.dp);
+}
+
+template <typename K, typename Visitor>
+void VisitCheckpointFields(K& k, Visitor&& visit) {
+  visit("dir", k.dir);
+  visit("every_steps", k.every_steps);
+  visit("keep", k.keep);
+}
+
+template <typename B, typename Visitor>
+void VisitBudgetFields(B& b, Visitor&& visit) {
+  visit("kind", b.kind);
+  visit("amount", b.amount);
+}
+
+template <typename L, typename Visitor>
+void VisitLauncherFields(L& l, Visitor&& visit) {
+  visit("kind", l.kind);
+  visit("processes", l.processes);
+  visit("command", l.command);
+  visit("extra_args", l.extra_args);
+  visit("max_restarts", l.max_restarts);
+  visit("backoff_seconds", l.backoff_seconds);
+  visit("max_backoff_seconds", l.max_backoff_seconds);
+}
+
 // Calls visit(section name, section struct, field visitor) for every section, in file order.
 template <typename C, typename Visitor>
 void VisitSections(C& c, Visitor&& visit) {
   visit("model", c.model, [](auto& m, auto&& v) { VisitModelFields(m, v); });
+  visit("parallel", c.parallel, [](auto& m, auto&& v) { VisitParallelFields(m, v); });
   visit("data", c.data, [](auto& m, auto&& v) { VisitDataFields(m, v); });
   visit("optim", c.optim, [](auto& m, auto&& v) { VisitOptimFields(m, v); });
   visit("schedule", c.schedule, [](auto& m, auto&& v) { VisitScheduleFields(m, v); });
+  visit("checkpoint", c.checkpoint, [](auto& m, auto&& v) { VisitCheckpointFields(m, v); });
+  visit("budget", c.budget, [](auto& m, auto&& v) { VisitBudgetFields(m, v); });
+  visit("launcher", c.launcher, [](auto& m, auto&& v) { VisitLauncherFields(m, v); });
   visit("runtime", c.runtime, [](auto& m, auto&& v) { VisitRuntimeFields(m, v); });
 }
 
@@ -253,6 +287,42 @@ class FieldReader {
     out = std::move(sources);
     return OkStatus();
   }
+  Status Read(const YAML::Node& node, const std::string& path, BudgetKind& out) {
+    const std::string v = node.IsScalar() ? node.Scalar() : "";
+    if (v == "tokens") {
+      out = BudgetKind::kTokens;
+    } else if (v == "token_equivalents") {
+      out = BudgetKind::kTokenEquivalents;
+    } else if (v == "flops") {
+      out = BudgetKind::kFlops;
+    } else {
+      return Error(node, path, "one of tokens, token_equivalents, flops");
+    }
+    return OkStatus();
+  }
+  Status Read(const YAML::Node& node, const std::string& path, LauncherKind& out) {
+    const std::string v = node.IsScalar() ? node.Scalar() : "";
+    if (v == "local") {
+      out = LauncherKind::kLocal;
+    } else if (v == "slurm") {
+      out = LauncherKind::kSlurm;
+    } else {
+      return Error(node, path, "one of local, slurm");
+    }
+    return OkStatus();
+  }
+  // command: [fullband, train]
+  Status Read(const YAML::Node& node, const std::string& path, std::vector<std::string>& out) {
+    if (!node.IsSequence()) return Error(node, path, "a list of strings");
+    std::vector<std::string> items;
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string item;
+      FB_RETURN_IF_ERROR(Read(node[i], path + "[" + std::to_string(i) + "]", item));
+      items.push_back(std::move(item));
+    }
+    out = std::move(items);
+    return OkStatus();
+  }
   Status Read(const YAML::Node& node, const std::string& path, FeedbackState& out) {
     if (node.IsScalar() && node.Scalar() == "post_norm") {
       out = FeedbackState::kPostNorm;
@@ -302,6 +372,14 @@ struct FieldWriter {
       out << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, FeedbackState>) {
       out << std::string(FeedbackStateName(value));
+    } else if constexpr (std::is_same_v<T, BudgetKind>) {
+      out << std::string(BudgetKindName(value));
+    } else if constexpr (std::is_same_v<T, LauncherKind>) {
+      out << std::string(LauncherKindName(value));
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const std::string& item : value) out << YAML::DoubleQuoted << item;
+      out << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, double>) {
       out << YAML::Precision(17) << value;
     } else {
@@ -332,6 +410,21 @@ std::string_view RecomputeName(Recompute v) {
       return "full";
   }
   return "?";
+}
+
+std::string_view BudgetKindName(BudgetKind v) {
+  switch (v) {
+    case BudgetKind::kTokens:
+      return "tokens";
+    case BudgetKind::kTokenEquivalents:
+      return "token_equivalents";
+    case BudgetKind::kFlops:
+      return "flops";
+  }
+  return "?";
+}
+std::string_view LauncherKindName(LauncherKind v) {
+  return v == LauncherKind::kLocal ? "local" : "slurm";
 }
 
 Status ModelConfig::Validate() const {
@@ -483,12 +576,82 @@ Status RuntimeConfig::Validate() const {
   return OkStatus();
 }
 
+Status ParallelConfig::Validate() const {
+  if (tp < 1) return SectionField("parallel", "tp", std::to_string(tp) + " must be >= 1");
+  if (dp < 1) return SectionField("parallel", "dp", std::to_string(dp) + " must be >= 1");
+  return OkStatus();
+}
+
+Status CheckpointConfig::Validate() const {
+  if (every_steps < 0) {
+    return SectionField("checkpoint", "every_steps",
+                        std::to_string(every_steps) + " must be >= 0 (0: only at the end)");
+  }
+  if (keep < 0)
+    return SectionField("checkpoint", "keep", std::to_string(keep) + " must be >= 0 (0: all)");
+  return OkStatus();
+}
+
+Status BudgetConfig::Validate() const {
+  if (!(amount >= 0) || !std::isfinite(amount)) {
+    return SectionField("budget", "amount",
+                        std::to_string(amount) + " must be >= 0 (0: schedule.steps of tokens)");
+  }
+  return OkStatus();
+}
+
+Status LauncherConfig::Validate() const {
+  if (processes < 0) {
+    return SectionField("launcher", "processes",
+                        std::to_string(processes) + " must be >= 0 (0: parallel.tp × parallel.dp)");
+  }
+  if (command.empty() || command[0].empty())
+    return SectionField("launcher", "command", "must name the worker program");
+  if (max_restarts < 0) {
+    return SectionField("launcher", "max_restarts", std::to_string(max_restarts) + " must be >= 0");
+  }
+  if (!(backoff_seconds >= 0)) {
+    return SectionField("launcher", "backoff_seconds",
+                        std::to_string(backoff_seconds) + " must be >= 0");
+  }
+  if (!(max_backoff_seconds >= backoff_seconds)) {
+    return SectionField(
+        "launcher", "max_backoff_seconds",
+        std::to_string(max_backoff_seconds) +
+            " must be >= launcher.backoff_seconds = " + std::to_string(backoff_seconds));
+  }
+  return OkStatus();
+}
+
 Status Config::Validate() const {
   FB_RETURN_IF_ERROR(model.Validate());
+  FB_RETURN_IF_ERROR(parallel.Validate());
   FB_RETURN_IF_ERROR(data.Validate());
   FB_RETURN_IF_ERROR(optim.Validate());
   FB_RETURN_IF_ERROR(schedule.Validate());
-  return runtime.Validate();
+  FB_RETURN_IF_ERROR(checkpoint.Validate());
+  FB_RETURN_IF_ERROR(budget.Validate());
+  FB_RETURN_IF_ERROR(launcher.Validate());
+  FB_RETURN_IF_ERROR(runtime.Validate());
+  // The tensor-parallel split: heads, KV heads and the vocabulary are divided among tp ranks.
+  const auto divides = [&](const char* what, int64_t n) -> Status {
+    if (n % parallel.tp != 0) {
+      return SectionField("parallel", "tp",
+                          std::to_string(parallel.tp) + " does not divide model." + what + " = " +
+                              std::to_string(n));
+    }
+    return OkStatus();
+  };
+  FB_RETURN_IF_ERROR(divides("n_heads", model.n_heads));
+  FB_RETURN_IF_ERROR(divides("n_kv_heads", model.n_kv_heads));
+  FB_RETURN_IF_ERROR(divides("vocab_size", model.vocab_size));
+  if (launcher.processes != 0 && launcher.processes != parallel.tp * parallel.dp) {
+    return SectionField(
+        "launcher", "processes",
+        std::to_string(launcher.processes) +
+            " is not parallel.tp × parallel.dp = " + std::to_string(parallel.tp * parallel.dp));
+  }
+  return OkStatus();
 }
 
 StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source) {

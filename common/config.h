@@ -4,8 +4,8 @@
 // names. Loading rejects unknown keys, wrong types and out-of-range values with an
 // INVALID_ARGUMENT naming the field path and the value ("model.n_heads: 12 is not divisible
 // by model.n_kv_heads = 5"). A Config is passed by const&, never global.
-// Sections that later components own (parallel, checkpoint, coordinator) join this aggregate
-// with those components.
+// Cross-section rules (parallel layout against the model, launcher ranks against the layout)
+// are checked by Config::Validate.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,14 @@ enum class Recompute { kNone, kSelective, kFull };
 std::string_view FeedbackLossName(FeedbackLoss v);
 std::string_view FeedbackStateName(FeedbackState v);
 std::string_view RecomputeName(Recompute v);
+
+// The unit a job's compute budget is counted in (DESIGN §1).
+enum class BudgetKind { kTokens, kTokenEquivalents, kFlops };
+std::string_view BudgetKindName(BudgetKind v);  // tokens | token_equivalents | flops
+
+// How the coordinator starts a job's worker processes (coordinator/launcher.h).
+enum class LauncherKind { kLocal, kSlurm };
+std::string_view LauncherKindName(LauncherKind v);  // local | slurm
 
 // The latent-feedback transformer (DESIGN Appendix A); defaults are the paper's 1B model.
 struct ModelConfig {
@@ -71,12 +79,12 @@ struct DataSource {
 // Where the training tokens come from and how batches are shaped. Exactly one of `path` and
 // `sources` names the data of a training run.
 struct DataConfig {
-  std::string path;                  // flat file of little-endian uint32 token ids
-  std::vector<DataSource> sources;   // RocksDB token stores, blended by weight
-  int64_t prefetch = 4;              // batches the store reader keeps ready ahead of the step
-  int64_t batch_size = 8;  // B, sequences per step
-  int64_t seq_len = 256;   // T, input tokens per sequence (each reads T + 1 tokens)
-  int64_t seed = 0;        // the sampler's permutation seed
+  std::string path;                 // flat file of little-endian uint32 token ids
+  std::vector<DataSource> sources;  // RocksDB token stores, blended by weight
+  int64_t prefetch = 4;             // batches the store reader keeps ready ahead of the step
+  int64_t batch_size = 8;           // B, sequences per step
+  int64_t seq_len = 256;            // T, input tokens per sequence (each reads T + 1 tokens)
+  int64_t seed = 0;                 // the sampler's permutation seed
 
   // (seq_len against model.max_seq_len is checked where the model is built.)
   Status Validate() const;
@@ -135,11 +143,59 @@ struct RuntimeConfig {
   bool operator==(const RuntimeConfig&) const = default;
 };
 
+// The layout of a job's ranks: world = tp × dp (DESIGN §4). tp must divide model.n_heads,
+// model.n_kv_heads and model.vocab_size (checked by Config::Validate).
+struct ParallelConfig {
+  int64_t tp = 1;  // tensor-parallel ranks per group (consecutive ranks, one node)
+  int64_t dp = 1;  // data-parallel groups
+
+  Status Validate() const;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+// Where and how often a job writes checkpoints (DESIGN §6).
+struct CheckpointConfig {
+  std::string dir;             // root of step-<N>/ directories ("" = the job's directory)
+  int64_t every_steps = 1000;  // steps between checkpoints; 0 = only at the end
+  int64_t keep = 3;            // committed checkpoints kept; 0 = all
+
+  Status Validate() const;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+// The compute budget of a coordinated job. The job completes when the next step would overrun
+// it; the schedule's phases are fractions of it (coordinator/schedule_plan.h).
+struct BudgetConfig {
+  BudgetKind kind = BudgetKind::kTokens;
+  double amount = 0;  // in `kind` units; 0 = schedule.steps × data.batch_size × data.seq_len tokens
+
+  Status Validate() const;
+  bool operator==(const BudgetConfig&) const = default;
+};
+
+// How the coordinator launches (and relaunches) the job's worker group.
+struct LauncherConfig {
+  LauncherKind kind = LauncherKind::kLocal;
+  int64_t processes = 0;  // MPI ranks; 0 = parallel.tp × parallel.dp
+  std::vector<std::string> command = {"fullband", "train"};  // worker argv (without mpirun)
+  std::vector<std::string> extra_args;                       // appended to `command`
+  int64_t max_restarts = 3;                                  // relaunches before the job is FAILED
+  double backoff_seconds = 10;       // wait before the first relaunch; doubles per restart
+  double max_backoff_seconds = 600;  // cap of the doubling
+
+  Status Validate() const;
+  bool operator==(const LauncherConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
+  ParallelConfig parallel;
   DataConfig data;
   OptimConfig optim;
   ScheduleConfig schedule;
+  CheckpointConfig checkpoint;
+  BudgetConfig budget;
+  LauncherConfig launcher;
   RuntimeConfig runtime;
 
   Status Validate() const;

@@ -7,7 +7,11 @@
 namespace fullband {
 
 int64_t PassesForStep(const ScheduleConfig& schedule, int64_t step) {
-  const double fraction = static_cast<double>(step) / static_cast<double>(schedule.steps);
+  return PassesAtFraction(schedule, static_cast<double>(step) / static_cast<double>(schedule.steps),
+                          step);
+}
+
+int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step) {
   const SchedulePhase* phase = &schedule.phases.back();
   for (const SchedulePhase& p : schedule.phases) {
     if (fraction < p.until) {
@@ -28,6 +32,20 @@ int64_t PassesForStep(const ScheduleConfig& schedule, int64_t step) {
     if (it->second > 0) return it->first;
   }
   return 1;
+}
+
+int64_t ModelParameterCount(const ModelConfig& m) {
+  const int64_t D = m.d_model, H = m.n_heads, Hkv = m.n_kv_heads, Dh = m.head_dim;
+  int64_t layer = D                     // attn_norm
+                  + H * Dh * D          // wq
+                  + 2 * Hkv * Dh * D    // wk, wv
+                  + D * H * Dh          // wo
+                  + D                   // ffn_norm
+                  + 3 * m.ffn_dim * D;  // w1, w3, w2
+  if (m.qk_norm) layer += 2 * Dh;
+  if (m.attn_gate) layer += H * D;
+  return m.vocab_size * D + m.n_layers * layer + D  // embed, layers, final_norm
+         + D + 2 * D * D + D;                       // feedback norm_g, w_g, w_u, norm_in
 }
 
 double ModelFlopsPerToken(const ModelConfig& m, int64_t num_params, int64_t seq_len) {

@@ -12,8 +12,19 @@
 
 namespace fullband {
 
-// Pass count of step `step` (0-based) in a budget of `schedule.steps` steps.
+// Pass count of step `step` (0-based) in a budget of `schedule.steps` steps: the draw of
+// PassesAtFraction at the budget fraction step / schedule.steps.
 int64_t PassesForStep(const ScheduleConfig& schedule, int64_t step);
+
+// Pass count of step `step` whose budget fraction is `fraction` (in [0, 1]): the phase is the
+// first whose `until` exceeds `fraction` (the last phase at or past 1), the draw comes from a
+// generator seeded by (schedule.seed, step) alone. The coordinator maps steps to fractions of
+// a token, token-equivalent or FLOP budget (coordinator/schedule_plan.h).
+int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step);
+
+// Number of parameters of the model (DESIGN Appendix A's weight table; tied embedding counted
+// once).
+int64_t ModelParameterCount(const ModelConfig& model);
 
 // Training FLOPs (forward + backward) per token per pass for sequences of `seq_len`:
 // 6·N (N = all parameters) + 12·L·H·Dh·(mean visible keys per query of each layer).

@@ -214,5 +214,89 @@ INSTANTIATE_TEST_SUITE_P(
                 "unknown field data.sources[0].wieght"},
         BadCase{"data:\n  sources: [{weight: 1}]\n", "data.sources[0].store is required"}));
 
+TEST(Config, CoordinatorSections_AreReadAndRoundTrip) {
+  StatusOr<Config> c = ParseConfig(R"(
+model:
+  vocab_size: 4096
+  eod_id: 0
+  n_heads: 8
+  n_kv_heads: 4
+parallel:
+  tp: 4
+  dp: 2
+checkpoint:
+  dir: /ckpt/run1
+  every_steps: 200
+  keep: 5
+budget:
+  kind: token_equivalents
+  amount: 2.56e11
+launcher:
+  kind: slurm
+  processes: 8
+  command: [/opt/fullband/bin/fullband, train]
+  extra_args: ["--log", "a b"]
+  max_restarts: 7
+  backoff_seconds: 1.5
+  max_backoff_seconds: 30
+)",
+                                   "job.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->parallel.tp, 4);
+  EXPECT_EQ(c->parallel.dp, 2);
+  EXPECT_EQ(c->checkpoint.dir, "/ckpt/run1");
+  EXPECT_EQ(c->checkpoint.every_steps, 200);
+  EXPECT_EQ(c->checkpoint.keep, 5);
+  EXPECT_EQ(c->budget.kind, BudgetKind::kTokenEquivalents);
+  EXPECT_DOUBLE_EQ(c->budget.amount, 2.56e11);
+  EXPECT_EQ(c->launcher.kind, LauncherKind::kSlurm);
+  EXPECT_EQ(c->launcher.processes, 8);
+  EXPECT_EQ(c->launcher.command, (std::vector<std::string>{"/opt/fullband/bin/fullband", "train"}));
+  EXPECT_EQ(c->launcher.extra_args, (std::vector<std::string>{"--log", "a b"}));
+  EXPECT_EQ(c->launcher.max_restarts, 7);
+  StatusOr<Config> back = ParseConfig(ConfigToYaml(*c), "dump");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *c);
+}
+
+TEST(Config, CoordinatorSections_HaveDocumentedDefaults) {
+  const Config c;
+  EXPECT_EQ(c.parallel.tp, 1);
+  EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_EQ(c.checkpoint.every_steps, 1000);
+  EXPECT_EQ(c.budget.kind, BudgetKind::kTokens);
+  EXPECT_EQ(c.budget.amount, 0);
+  EXPECT_EQ(c.launcher.kind, LauncherKind::kLocal);
+  EXPECT_EQ(c.launcher.max_restarts, 3);
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CoordinatorSections, ConfigErrors,
+    ::testing::Values(
+        BadCase{"parallel:\n  tp: 3\n", "parallel.tp: 3 does not divide model.n_heads = 16"},
+        BadCase{"model:\n  n_heads: 16\n  n_kv_heads: 2\nparallel:\n  tp: 4\n",
+                "parallel.tp: 4 does not divide model.n_kv_heads = 2"},
+        BadCase{"model:\n  vocab_size: 100353\nparallel:\n  tp: 2\n",
+                "parallel.tp: 2 does not divide model.vocab_size = 100353"},
+        BadCase{"parallel:\n  dp: 0\n", "parallel.dp: 0 must be >= 1"},
+        BadCase{"parallel:\n  tq: 2\n", "job.yaml:2: unknown field parallel.tq"},
+        BadCase{"checkpoint:\n  every_steps: -1\n", "checkpoint.every_steps: -1 must be >= 0"},
+        BadCase{"checkpoint:\n  keep: many\n",
+                "job.yaml:2: checkpoint.keep: expected an integer, got 'many'"},
+        BadCase{"budget:\n  kind: dollars\n",
+                "job.yaml:2: budget.kind: expected one of tokens, token_equivalents, flops"},
+        BadCase{"budget:\n  amount: -5\n", "budget.amount: -5.000000 must be >= 0"},
+        BadCase{"launcher:\n  kind: k8s\n", "launcher.kind: expected one of local, slurm"},
+        BadCase{"launcher:\n  command: []\n", "launcher.command: must name the worker program"},
+        BadCase{"launcher:\n  command: fullband\n", "launcher.command: expected a list of strings"},
+        BadCase{"launcher:\n  extra_args: [[1]]\n",
+                "launcher.extra_args[0]: expected a string, got a list"},
+        BadCase{"launcher:\n  max_restarts: -1\n", "launcher.max_restarts: -1 must be >= 0"},
+        BadCase{"launcher:\n  backoff_seconds: 10\n  max_backoff_seconds: 5\n",
+                "launcher.max_backoff_seconds: 5.000000 must be >= launcher.backoff_seconds"},
+        BadCase{"parallel:\n  tp: 2\n  dp: 2\nlauncher:\n  processes: 3\n",
+                "launcher.processes: 3 is not parallel.tp × parallel.dp = 4"}));
+
 }  // namespace
 }  // namespace fullband

@@ -75,5 +75,34 @@ TEST(ModelFlops, Window_CapsVisibleKeys) {
   EXPECT_DOUBLE_EQ(ModelFlopsPerToken(m, 0, 4), 21.0);
 }
 
+TEST(PassSchedule, PassesAtFraction_AgreesWithPassesForStep) {
+  const ScheduleConfig s = PaperSchedule(100);
+  for (int64_t step = 0; step < 100; ++step) {
+    EXPECT_EQ(PassesAtFraction(s, step / 100.0, step), PassesForStep(s, step)) << step;
+  }
+  EXPECT_EQ(PassesAtFraction(s, 0.5, 3), 1);
+  EXPECT_EQ(PassesAtFraction(s, 0.8, 3), 2);
+  EXPECT_EQ(PassesAtFraction(s, 0.99, 3), 3);
+  EXPECT_EQ(PassesAtFraction(s, 1.0, 3), 3);  // at or past the end: the last phase
+}
+
+TEST(ModelParameters, Count_FollowsTheWeightTable) {
+  ModelConfig m;
+  m.vocab_size = 10;
+  m.d_model = 4;
+  m.n_layers = 2;
+  m.n_heads = 2;
+  m.n_kv_heads = 1;
+  m.head_dim = 2;
+  m.ffn_dim = 3;
+  m.eod_id = 0;
+  // Per layer: norms 4+4, wq 2*2*4=16, wk+wv 2*1*2*4=16, wo 16, q/k norm 2+2, gate 2*4=8,
+  // ffn 3*3*4=36 -> 104. Embed 40, final norm 4, feedback 4 + 32 + 4 = 40.
+  EXPECT_EQ(ModelParameterCount(m), 40 + 2 * 104 + 4 + 40);
+  m.qk_norm = false;
+  m.attn_gate = false;
+  EXPECT_EQ(ModelParameterCount(m), 40 + 2 * (104 - 12) + 4 + 40);
+}
+
 }  // namespace
 }  // namespace fullband
