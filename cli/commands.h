@@ -11,5 +11,8 @@ int RunBackends(const std::vector<std::string>& args);
 int RunConfig(const std::vector<std::string>& args);
 int RunModel(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
+int RunIngest(const std::vector<std::string>& args);
+int RunData(const std::vector<std::string>& args);
+int RunTokenize(const std::vector<std::string>& args);
 
 }  // namespace fullband::cli

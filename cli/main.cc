@@ -23,7 +23,12 @@ const Command kCommands[] = {
     {"config", "check a configuration file: `fullband config check FILE [--json]`", RunConfig},
     {"model", "initialize weights, or run one K-pass step and write its gradients (init|grad)",
      RunModel},
-    {"train", "train single-process on a token file: `fullband train CONFIG.yaml`", RunTrain},
+    {"train", "train single-process on a token file or stores: `fullband train CONFIG.yaml`",
+     RunTrain},
+    {"ingest", "tokenize text / JSONL / directories into a token store (--input, --out, --seq-len)",
+     RunIngest},
+    {"data", "inspect or check a token store: `fullband data info|verify STORE`", RunData},
+    {"tokenize", "print the Phi-4 token ids of stdin or a file (--json, --decode)", RunTokenize},
 };
 
 void PrintHelp() {

@@ -12,7 +12,8 @@ namespace {
 
 constexpr char kTrainUsage[] =
     "usage: fullband train CONFIG.yaml [--steps N] [--json]\n"
-    "  Trains on data.path (little-endian uint32 token ids) for schedule.steps steps (or N),\n"
+    "  Trains on data.path (little-endian uint32 token ids) or the token stores of data.sources\n"
+    "  (written by `fullband ingest`) for schedule.steps steps (or N),\n"
     "  each step's pass count drawn from schedule.phases. Logs per step: passes, loss per\n"
     "  pass, gradient norm, learning rate, tokens, token-equivalents, tokens/s and MFU.\n";
 
