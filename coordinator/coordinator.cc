@@ -1,0 +1,762 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/logging.h"
+#include "coordinator/proto_convert.h"
+#include "proto/config_convert.h"
+#include "proto/coordinator_store.pb.h"
+
+namespace fullband::coordinator {
+
+// Note [Acknowledge after durable]: the in-memory state runs ahead of the store by at most the
+// writes in the group-commit queue. A response reveals that state (a step counted, a lease
+// granted), so the adapter acknowledges only after everything appended so far is durable; a
+// crash then loses only writes that no one was told about.
+
+struct Coordinator::Job {
+  std::string id;
+  JobSpec spec;
+  double created = 0;
+  SchedulePlan plan;
+  proto::StoredJobState state_record;  // scratch for encoding
+  JobState state = JobState::kPending;
+  std::string reason;
+  int64_t attempt = 0;
+  int64_t restarts = 0;
+  uint64_t incarnation = 0;
+  std::string handle;
+  int64_t leased_until = 0;
+  int64_t committed_step = 0;
+  std::string checkpoint_path;
+  Ledger ledger;
+  std::map<int64_t, int64_t> counted;  // counted steps >= committed_step -> passes
+  double restart_at = 0;
+  double updated = 0;
+  double wall_start = 0;
+  // Not stored: deadlines restart from the coordinator's start.
+  double last_heartbeat = 0;
+  double launched_at = 0;
+  uint64_t version = 0;
+  std::deque<std::pair<double, int64_t>> recent;  // (time, tokens) of recent reports
+};
+
+struct Coordinator::Action {
+  enum class Kind { kLaunch, kKill } kind = Kind::kKill;
+  std::string job_id;
+  int64_t attempt = 0;
+  Launcher* launcher = nullptr;
+  std::string handle;  // kKill
+  LaunchSpec spec;     // kLaunch
+};
+
+namespace {
+
+constexpr double kThroughputWindow = 30;  // seconds of reports behind tokens_per_second
+
+std::string StateKey(const std::string& id) { return "job/" + id + "/state"; }
+std::string SpecKey(const std::string& id) { return "job/" + id + "/spec"; }
+std::string BigEndian(int64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<char>((static_cast<uint64_t>(v) >> (56 - 8 * i)) & 0xff);
+  return out;
+}
+int64_t FromBigEndian(std::string_view s) {
+  uint64_t v = 0;
+  for (char c : s) v = (v << 8) | static_cast<uint8_t>(c);
+  return static_cast<int64_t>(v);
+}
+std::string StepKey(const std::string& id, int64_t step) {
+  return "step/" + id + "/" + BigEndian(step);
+}
+std::string CheckpointKey(const std::string& id, int64_t step) {
+  return "ckpt/" + id + "/" + BigEndian(step);
+}
+
+Status Stale(const std::string& job_id, uint64_t incarnation) {
+  return Status(StatusCode::kAborted, "job " + job_id + ": incarnation " +
+                                          std::to_string(incarnation) +
+                                          " is not the registered worker group");
+}
+
+}  // namespace
+
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kPending:
+      return "PENDING";
+    case JobState::kLaunching:
+      return "LAUNCHING";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kRestarting:
+      return "RESTARTING";
+    case JobState::kCompleted:
+      return "COMPLETED";
+    case JobState::kFailed:
+      return "FAILED";
+    case JobState::kCancelled:
+      return "CANCELLED";
+  }
+  return "?";
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
+                         std::map<LauncherKind, Launcher*> launchers, Store* store)
+    : options_(std::move(options)),
+      clock_(clock),
+      launchers_(std::move(launchers)),
+      store_(store) {}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    CoordinatorOptions options, const Clock* clock, std::map<LauncherKind, Launcher*> launchers,
+    Store* store) {
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(std::move(options), clock, std::move(launchers), store));
+  FB_RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+Coordinator::~Coordinator() = default;
+
+Status Coordinator::Load() {
+  const double now = clock_->NowSeconds();
+  std::map<std::string, proto::StoredJobSpec> specs;
+  std::map<std::string, proto::StoredJobState> states;
+  FB_RETURN_IF_ERROR(store_->Scan("job/", [&](std::string_view key, std::string_view value) {
+    const size_t slash = key.rfind('/');
+    const std::string id(key.substr(4, slash - 4));
+    const std::string_view what = key.substr(slash + 1);
+    bool ok = false;
+    if (what == "spec") {
+      ok = specs[id].ParseFromArray(value.data(), static_cast<int>(value.size()));
+    } else if (what == "state") {
+      ok = states[id].ParseFromArray(value.data(), static_cast<int>(value.size()));
+    }
+    if (!ok) return DataLossError("coordinator store: unreadable record " + std::string(key));
+    return OkStatus();
+  }));
+  for (auto& [id, stored] : specs) {
+    auto job = std::make_unique<Job>();
+    job->id = id;
+    job->spec.name = stored.spec().name();
+    job->spec.owner = stored.spec().owner();
+    StatusOr<Config> config = fullband::FromProto(stored.spec().config());
+    if (!config.ok()) return DataLossError("job " + id + ": " + config.status().message());
+    job->spec.config = std::move(*config);
+    StatusOr<SchedulePlan> plan = SchedulePlan::Create(job->spec.config);
+    if (!plan.ok()) return DataLossError("job " + id + ": " + plan.status().message());
+    job->plan = std::move(*plan);
+    job->created = stored.created_unix();
+    auto it = states.find(id);
+    if (it == states.end()) return DataLossError("job " + id + ": no state record");
+    const proto::StoredJobState& s = it->second;
+    StatusOr<JobState> state = FromProto(s.state());
+    if (!state.ok()) return DataLossError("job " + id + ": " + state.status().message());
+    job->state = *state;
+    job->reason = s.reason();
+    job->attempt = s.attempt();
+    job->restarts = s.restarts();
+    job->incarnation = s.incarnation();
+    job->handle = s.launch_handle();
+    job->leased_until = s.leased_until();
+    job->committed_step = s.committed_step();
+    job->checkpoint_path = s.checkpoint_path();
+    job->ledger = FromProto(s.ledger());
+    job->restart_at = s.restart_at_unix();
+    job->updated = s.updated_unix();
+    job->wall_start = s.wall_start_unix();
+    job->last_heartbeat = now;
+    job->launched_at = now;
+    FB_RETURN_IF_ERROR(
+        store_->Scan("step/" + id + "/", [&](std::string_view key, std::string_view value) {
+          const int64_t step = FromBigEndian(key.substr(key.size() - 8));
+          if (step < job->committed_step) return OkStatus();
+          proto::StoredStep record;
+          if (!record.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+            return DataLossError("coordinator store: unreadable step record of job " + id);
+          }
+          job->counted[step] = record.passes();
+          return OkStatus();
+        }));
+    const int64_t number = std::atoll(id.c_str() + 4);
+    next_id_ = std::max(next_id_, number + 1);
+    jobs_[id] = std::move(job);
+  }
+  if (!jobs_.empty()) FB_LOG(INFO) << "coordinator: loaded " << jobs_.size() << " jobs";
+  return OkStatus();
+}
+
+StatusOr<Coordinator::Job*> Coordinator::Find(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFoundError("no job " + job_id);
+  return it->second.get();
+}
+
+Status Coordinator::CheckIncarnation(const Job& job, uint64_t incarnation) const {
+  if (incarnation == 0 || incarnation != job.incarnation) return Stale(job.id, incarnation);
+  return OkStatus();
+}
+
+void Coordinator::Persist(Job& job, double now, WriteSet extra) {
+  job.updated = now;
+  ++job.version;
+  proto::StoredJobState& s = job.state_record;
+  s.Clear();
+  s.set_state(ToProto(job.state));
+  s.set_reason(job.reason);
+  s.set_attempt(job.attempt);
+  s.set_restarts(job.restarts);
+  s.set_incarnation(job.incarnation);
+  s.set_launch_handle(job.handle);
+  s.set_leased_until(job.leased_until);
+  s.set_committed_step(job.committed_step);
+  s.set_checkpoint_path(job.checkpoint_path);
+  ToProto(job.ledger, s.mutable_ledger());
+  s.set_restart_at_unix(job.restart_at);
+  s.set_updated_unix(job.updated);
+  s.set_wall_start_unix(job.wall_start);
+  extra.puts.emplace_back(StateKey(job.id), s.SerializeAsString());
+  store_->Append(std::move(extra));
+}
+
+JobInfo Coordinator::Info(const Job& job, double now) const {
+  JobInfo info;
+  info.id = job.id;
+  info.spec = job.spec;
+  info.state = job.state;
+  info.reason = job.reason;
+  info.attempt = job.attempt;
+  info.restarts = job.restarts;
+  info.ledger = job.ledger;
+  if (job.wall_start > 0 && !IsTerminal(job.state)) {
+    info.ledger.wall_seconds = now - job.wall_start;
+  }
+  info.total_steps = job.plan.total_steps();
+  info.budget_amount = job.plan.amount();
+  switch (job.plan.kind()) {
+    case BudgetKind::kTokens:
+      info.budget_spent = static_cast<double>(job.ledger.tokens);
+      break;
+    case BudgetKind::kTokenEquivalents:
+      info.budget_spent = static_cast<double>(job.ledger.token_equivalents);
+      break;
+    case BudgetKind::kFlops:
+      info.budget_spent = job.ledger.flops;
+      break;
+  }
+  info.committed_step = job.committed_step;
+  info.checkpoint_path = job.checkpoint_path;
+  info.leased_until = job.leased_until;
+  info.created_unix = job.created;
+  info.updated_unix = job.updated;
+  if (job.state == JobState::kRunning && job.recent.size() >= 2) {
+    const double span = std::max(job.recent.back().first - job.recent.front().first,
+                                 now - job.recent.front().first);
+    int64_t tokens = 0;
+    for (size_t i = 1; i < job.recent.size(); ++i) tokens += job.recent[i].second;
+    if (span > 0) info.tokens_per_second = static_cast<double>(tokens) / span;
+  }
+  info.version = job.version;
+  return info;
+}
+
+StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec) {
+  FB_RETURN_IF_ERROR(spec.config.Validate());
+  if (!launchers_.count(spec.config.launcher.kind)) {
+    return InvalidArgumentError(
+        "launcher.kind: " + std::string(LauncherKindName(spec.config.launcher.kind)) +
+        " is not available on this coordinator");
+  }
+  FB_ASSIGN_OR_RETURN(SchedulePlan plan, SchedulePlan::Create(spec.config));
+  const double now = clock_->NowSeconds();
+  std::lock_guard<std::mutex> lock(mu_);
+  char id[32];
+  std::snprintf(id, sizeof(id), "job-%06lld", static_cast<long long>(next_id_++));
+  auto job = std::make_unique<Job>();
+  job->id = id;
+  job->spec = std::move(spec);
+  job->plan = std::move(plan);
+  job->created = now;
+  proto::StoredJobSpec stored;
+  stored.mutable_spec()->set_name(job->spec.name);
+  stored.mutable_spec()->set_owner(job->spec.owner);
+  *stored.mutable_spec()->mutable_config() = fullband::ToProto(job->spec.config);
+  stored.set_created_unix(now);
+  WriteSet writes;
+  writes.puts.emplace_back(SpecKey(job->id), stored.SerializeAsString());
+  Persist(*job, now, std::move(writes));
+  FB_LOG(INFO) << "job " << job->id << " (" << job->spec.name << ", " << job->spec.owner
+               << ") submitted: " << job->plan.total_steps() << " steps";
+  jobs_[job->id] = std::move(job);
+  return std::string(id);
+}
+
+StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  return Info(*job, clock_->NowSeconds());
+}
+
+std::vector<JobInfo> Coordinator::ListJobs(const std::string& owner, bool include_finished) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_->NowSeconds();
+  std::vector<JobInfo> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!owner.empty() && job->spec.owner != owner) continue;
+    if (!include_finished && IsTerminal(job->state)) continue;
+    out.push_back(Info(*job, now));
+  }
+  return out;
+}
+
+std::vector<Coordinator::Action> Coordinator::Finish(Job& job, JobState state,
+                                                     const std::string& reason, double now) {
+  std::vector<Action> actions;
+  if (!job.handle.empty()) {
+    Action kill;
+    kill.kind = Action::Kind::kKill;
+    kill.job_id = job.id;
+    kill.launcher = launchers_.at(job.spec.config.launcher.kind);
+    kill.handle = job.handle;
+    actions.push_back(std::move(kill));
+    job.handle.clear();
+  }
+  job.state = state;
+  job.reason = reason;
+  if (job.wall_start > 0) job.ledger.wall_seconds = now - job.wall_start;
+  return actions;
+}
+
+StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const std::string& reason) {
+  std::vector<Action> actions;
+  JobInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+    const double now = clock_->NowSeconds();
+    if (!IsTerminal(job->state)) {
+      actions = Finish(*job, JobState::kCancelled, reason.empty() ? "cancelled" : reason, now);
+      job->incarnation = 0;
+      Persist(*job, now);
+      FB_LOG(INFO) << "job " << job_id << " cancelled: " << job->reason;
+    }
+    info = Info(*job, now);
+  }
+  Run(std::move(actions));
+  return info;
+}
+
+void Coordinator::Rollback(Job& job, WriteSet& writes) {
+  // Back to the last committed checkpoint: the steps counted after it are redone.
+  for (const auto& [step, passes] : job.counted) {
+    const int64_t tokens = job.plan.tokens_per_step();
+    const double flops = job.plan.StepFlops(passes);
+    Ledger& l = job.ledger;
+    l.steps -= 1;
+    l.tokens -= tokens;
+    l.token_equivalents -= tokens * passes;
+    l.flops -= flops;
+    if (--l.pass_histogram[passes] == 0) l.pass_histogram.erase(passes);
+    l.wasted_steps += 1;
+    l.wasted_tokens += tokens;
+    l.wasted_token_equivalents += tokens * passes;
+    l.wasted_flops += flops;
+    writes.deletes.push_back(StepKey(job.id, step));
+  }
+  if (job.ledger.steps == 0) job.ledger.flops = 0;  // no rounding residue
+  job.counted.clear();
+  job.recent.clear();
+  job.incarnation = 0;
+}
+
+std::vector<Coordinator::Action> Coordinator::Fail(Job& job, const std::string& reason,
+                                                   double now) {
+  if (IsTerminal(job.state)) return {};
+  WriteSet writes;
+  Rollback(job, writes);
+  std::vector<Action> actions;
+  const int64_t max_restarts = job.spec.config.launcher.max_restarts;
+  if (job.restarts < max_restarts) {
+    const LauncherConfig& l = job.spec.config.launcher;
+    const double backoff =
+        std::min(l.max_backoff_seconds, l.backoff_seconds * std::pow(2.0, job.restarts));
+    actions = Finish(job, JobState::kRestarting, reason, now);
+    job.restarts += 1;
+    job.restart_at = now + backoff;
+    FB_LOG(WARNING) << "job " << job.id << " restarting (" << job.restarts << "/" << max_restarts
+                    << ") from step " << job.committed_step << " in " << backoff
+                    << " s: " << reason;
+  } else {
+    actions = Finish(job, JobState::kFailed,
+                     "failed after " + std::to_string(job.restarts) + " restarts: " + reason, now);
+    FB_LOG(ERROR) << "job " << job.id << " " << job.reason;
+  }
+  Persist(job, now, std::move(writes));
+  return actions;
+}
+
+StatusOr<Registration> Coordinator::RegisterWorkerGroup(const std::string& job_id,
+                                                        uint64_t incarnation, int64_t attempt,
+                                                        int64_t world_size) {
+  if (incarnation == 0) return InvalidArgumentError("incarnation: must be non-zero");
+  Registration reg;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+    const Config& config = job->spec.config;
+    const int64_t world = config.parallel.tp * config.parallel.dp;
+    if (world_size != world) {
+      return InvalidArgumentError("world_size: " + std::to_string(world_size) +
+                                  " is not parallel.tp × parallel.dp = " + std::to_string(world));
+    }
+    if (job->state != JobState::kLaunching && job->state != JobState::kRunning) {
+      return FailedPreconditionError("job " + job_id + " is " +
+                                     std::string(JobStateName(job->state)) +
+                                     ", not accepting worker groups");
+    }
+    if (attempt != job->attempt) {
+      return FailedPreconditionError("job " + job_id + ": attempt " + std::to_string(attempt) +
+                                     " is not the current attempt " + std::to_string(job->attempt));
+    }
+    const double now = clock_->NowSeconds();
+    if (job->incarnation != incarnation) {
+      WriteSet writes;
+      if (job->state == JobState::kRunning) {
+        // A new group of the same attempt replaced the registered one (it restarted on its
+        // own): what the old one counted after the checkpoint is redone by the new one.
+        Rollback(*job, writes);
+      }
+      job->state = JobState::kRunning;
+      job->incarnation = incarnation;
+      job->reason.clear();
+      job->last_heartbeat = now;
+      Persist(*job, now, std::move(writes));
+      FB_LOG(INFO) << "job " << job_id << ": worker group " << incarnation
+                   << " registered (attempt " << attempt << "), resuming at step "
+                   << job->committed_step;
+    }
+    reg.config = config;
+    reg.resume_step = job->committed_step;
+    reg.checkpoint_path = job->checkpoint_path;
+    reg.total_steps = job->plan.total_steps();
+  }
+  return reg;
+}
+
+StatusOr<JobState> Coordinator::Heartbeat(const std::string& job_id, uint64_t incarnation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  if (IsTerminal(job->state) || job->state == JobState::kRestarting) return job->state;
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+  job->last_heartbeat = clock_->NowSeconds();
+  return job->state;
+}
+
+StatusOr<LeaseResult> Coordinator::LeaseBatches(const std::string& job_id, uint64_t incarnation,
+                                                int64_t from_step, int64_t count) {
+  if (from_step < 0)
+    return InvalidArgumentError("from_step: " + std::to_string(from_step) + " < 0");
+  if (count < 1 || count > options_.max_lease) {
+    return InvalidArgumentError("count: " + std::to_string(count) + " outside 1.." +
+                                std::to_string(options_.max_lease));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+  if (job->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + job_id + " is " +
+                                   std::string(JobStateName(job->state)));
+  }
+  const double now = clock_->NowSeconds();
+  job->last_heartbeat = now;
+  LeaseResult result;
+  const int64_t total = job->plan.total_steps();
+  const int64_t end = std::min(total, from_step + count);
+  for (int64_t step = from_step; step < end; ++step) result.steps.push_back(job->plan.Assign(step));
+  result.budget_exhausted = end >= total;
+  if (end > job->leased_until) {
+    job->leased_until = end;
+    Persist(*job, now);
+  }
+  return result;
+}
+
+StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
+  if (r.step < 0) return InvalidArgumentError("step: " + std::to_string(r.step) + " < 0");
+  if (!(r.step_seconds >= 0) || !std::isfinite(r.step_seconds)) {
+    return InvalidArgumentError("step_seconds: must be a finite number >= 0");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, Find(r.job_id));
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, r.incarnation));
+  ReportResult result;
+  if (r.step >= job->leased_until) {
+    return FailedPreconditionError("job " + r.job_id + ": step " + std::to_string(r.step) +
+                                   " was never leased");
+  }
+  const StepAssignment a = job->plan.Assign(r.step);
+  if (r.passes != a.passes) {
+    return InvalidArgumentError("passes: " + std::to_string(r.passes) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.passes));
+  }
+  if (r.tokens != a.tokens) {
+    return InvalidArgumentError("tokens: " + std::to_string(r.tokens) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.tokens));
+  }
+  if (static_cast<int64_t>(r.losses.size()) != r.passes) {
+    return InvalidArgumentError("losses: " + std::to_string(r.losses.size()) + " values for " +
+                                std::to_string(r.passes) + " passes");
+  }
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    if (!std::isfinite(r.losses[i])) {
+      return InvalidArgumentError("losses[" + std::to_string(i) + "]: not finite");
+    }
+  }
+  if (r.step < job->committed_step || job->counted.count(r.step)) {
+    result.duplicate = true;
+    result.job_completed = job->state == JobState::kCompleted;
+    return result;
+  }
+  if (job->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + r.job_id + " is " +
+                                   std::string(JobStateName(job->state)));
+  }
+  const double now = clock_->NowSeconds();
+  job->last_heartbeat = now;
+  job->counted[r.step] = a.passes;
+  Ledger& l = job->ledger;
+  l.steps += 1;
+  l.tokens += a.tokens;
+  l.token_equivalents += a.tokens * a.passes;
+  l.flops += job->plan.StepFlops(a.passes);
+  l.pass_histogram[a.passes] += 1;
+  l.step_seconds += r.step_seconds;
+  l.last_losses = r.losses;
+  job->recent.emplace_back(now, a.tokens);
+  while (job->recent.size() > 2 && job->recent.front().first < now - kThroughputWindow) {
+    job->recent.pop_front();
+  }
+  proto::StoredStep record;
+  record.set_passes(a.passes);
+  record.set_tokens(a.tokens);
+  for (double loss : r.losses) record.add_losses(loss);
+  record.set_step_seconds(r.step_seconds);
+  record.set_incarnation(r.incarnation);
+  WriteSet writes;
+  writes.puts.emplace_back(StepKey(job->id, r.step), record.SerializeAsString());
+  if (job->committed_step + static_cast<int64_t>(job->counted.size()) == job->plan.total_steps()) {
+    // Every step of the budget is counted. The group may still commit its last checkpoint.
+    job->state = JobState::kCompleted;
+    job->reason = "budget spent";
+    if (job->wall_start > 0) l.wall_seconds = now - job->wall_start;
+    result.job_completed = true;
+    FB_LOG(INFO) << "job " << job->id << " completed: " << l.steps << " steps, " << l.tokens
+                 << " tokens";
+  }
+  Persist(*job, now, std::move(writes));
+  return result;
+}
+
+Status Coordinator::CommitCheckpoint(const std::string& job_id, uint64_t incarnation, int64_t step,
+                                     const std::string& path, int64_t shards) {
+  if (step < 1) return InvalidArgumentError("step: " + std::to_string(step) + " < 1");
+  if (path.empty()) return InvalidArgumentError("path: empty");
+  if (shards < 1) return InvalidArgumentError("shards: " + std::to_string(shards) + " < 1");
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+  if (job->state != JobState::kRunning && job->state != JobState::kCompleted) {
+    return FailedPreconditionError("job " + job_id + " is " +
+                                   std::string(JobStateName(job->state)));
+  }
+  if (step <= job->committed_step) return OkStatus();  // an older or repeated commit
+  // Every step before `step` must be counted.
+  const int64_t counted_before =
+      static_cast<int64_t>(std::distance(job->counted.begin(), job->counted.lower_bound(step)));
+  if (job->committed_step + counted_before != step) {
+    return FailedPreconditionError("job " + job_id + ": checkpoint at step " +
+                                   std::to_string(step) + " but only " +
+                                   std::to_string(job->committed_step + counted_before) +
+                                   " of the steps before it are counted");
+  }
+  const double now = clock_->NowSeconds();
+  job->counted.erase(job->counted.begin(), job->counted.lower_bound(step));
+  job->committed_step = step;
+  job->checkpoint_path = path;
+  job->last_heartbeat = now;
+  proto::StoredCheckpoint record;
+  record.set_path(path);
+  record.set_shards(shards);
+  record.set_incarnation(incarnation);
+  record.set_committed_unix(now);
+  WriteSet writes;
+  writes.puts.emplace_back(CheckpointKey(job_id, step), record.SerializeAsString());
+  Persist(*job, now, std::move(writes));
+  return OkStatus();
+}
+
+Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnation,
+                                  const std::string& reason) {
+  std::vector<Action> actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+    FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+    actions = Fail(*job, "worker reported: " + reason, clock_->NowSeconds());
+  }
+  Run(std::move(actions));
+  return OkStatus();
+}
+
+void Coordinator::Tick() {
+  struct PollItem {
+    std::string job_id;
+    int64_t attempt;
+    Launcher* launcher;
+    std::string handle;
+  };
+  std::vector<Action> actions;
+  std::vector<PollItem> polls;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double now = clock_->NowSeconds();
+    for (auto& [id, job_ptr] : jobs_) {
+      Job& job = *job_ptr;
+      bool launch = false;
+      if (job.state == JobState::kPending) {
+        launch = true;
+      } else if (job.state == JobState::kRestarting && now >= job.restart_at) {
+        job.attempt += 1;
+        launch = true;
+      } else if (job.state == JobState::kLaunching &&
+                 now - job.launched_at > options_.launch_timeout_seconds) {
+        auto more = Fail(job,
+                         "worker group did not register within " +
+                             std::to_string(options_.launch_timeout_seconds) + " s",
+                         now);
+        actions.insert(actions.end(), more.begin(), more.end());
+      } else if (job.state == JobState::kRunning &&
+                 now - job.last_heartbeat > options_.heartbeat_timeout_seconds) {
+        auto more =
+            Fail(job,
+                 "no heartbeat for " + std::to_string(now - job.last_heartbeat) + " s (timeout " +
+                     std::to_string(options_.heartbeat_timeout_seconds) + " s)",
+                 now);
+        actions.insert(actions.end(), more.begin(), more.end());
+      } else if ((job.state == JobState::kLaunching || job.state == JobState::kRunning) &&
+                 !job.handle.empty()) {
+        polls.push_back(
+            {job.id, job.attempt, launchers_.at(job.spec.config.launcher.kind), job.handle});
+      }
+      if (launch) {
+        const Config& c = job.spec.config;
+        Action a;
+        a.kind = Action::Kind::kLaunch;
+        a.job_id = job.id;
+        a.attempt = job.attempt;
+        a.launcher = launchers_.at(c.launcher.kind);
+        a.spec.job_id = job.id;
+        a.spec.attempt = job.attempt;
+        a.spec.processes =
+            c.launcher.processes > 0 ? c.launcher.processes : c.parallel.tp * c.parallel.dp;
+        a.spec.command = c.launcher.command;
+        a.spec.command.insert(a.spec.command.end(), c.launcher.extra_args.begin(),
+                              c.launcher.extra_args.end());
+        a.spec.env["FULLBAND_JOB_ID"] = job.id;
+        a.spec.env["FULLBAND_ATTEMPT"] = std::to_string(job.attempt);
+        if (!options_.advertise_address.empty()) {
+          a.spec.env["FULLBAND_COORDINATOR"] = options_.advertise_address;
+        }
+        if (options_.mint_worker_token) {
+          a.spec.env["FULLBAND_WORKER_TOKEN"] = options_.mint_worker_token(job.id);
+        }
+        a.spec.log_dir =
+            options_.jobs_dir + "/" + job.id + "/attempt-" + std::to_string(job.attempt);
+        job.state = JobState::kLaunching;
+        job.launched_at = now;
+        if (job.wall_start == 0) job.wall_start = now;
+        Persist(job, now);
+        actions.push_back(std::move(a));
+      }
+    }
+  }
+  Run(std::move(actions));
+
+  // Worker groups that exited or vanished have failed (unless the job is done).
+  std::vector<std::pair<PollItem, LaunchState>> ended;
+  for (const PollItem& p : polls) {
+    StatusOr<LaunchState> s = p.launcher->Poll(p.handle);
+    if (!s.ok()) continue;  // e.g. a handle of a previous coordinator process: heartbeats decide
+    if (s->phase != LaunchState::Phase::kRunning) ended.emplace_back(p, *s);
+  }
+  if (ended.empty()) return;
+  actions.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double now = clock_->NowSeconds();
+    for (const auto& [p, s] : ended) {
+      auto it = jobs_.find(p.job_id);
+      if (it == jobs_.end()) continue;
+      Job& job = *it->second;
+      if (job.attempt != p.attempt || job.handle != p.handle) continue;
+      if (job.state != JobState::kLaunching && job.state != JobState::kRunning) continue;
+      std::string why = "worker group ended";
+      if (s.phase == LaunchState::Phase::kExited) {
+        why += " with exit code " + std::to_string(s.exit_code);
+      }
+      if (!s.detail.empty()) why += " (" + s.detail + ")";
+      job.handle.clear();  // nothing left to kill
+      auto more = Fail(job, why, now);
+      actions.insert(actions.end(), more.begin(), more.end());
+    }
+  }
+  Run(std::move(actions));
+}
+
+void Coordinator::Run(std::vector<Action> actions) {
+  for (Action& a : actions) {
+    if (a.kind == Action::Kind::kKill) {
+      Status s = a.launcher->Kill(a.handle);
+      if (!s.ok()) FB_LOG(WARNING) << "job " << a.job_id << ": kill failed: " << s.ToString();
+      continue;
+    }
+    StatusOr<std::string> handle = a.launcher->Launch(a.spec);
+    std::vector<Action> more;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(a.job_id);
+      if (it == jobs_.end()) continue;
+      Job& job = *it->second;
+      const double now = clock_->NowSeconds();
+      const bool current = job.attempt == a.attempt &&
+                           (job.state == JobState::kLaunching || job.state == JobState::kRunning);
+      if (!handle.ok()) {
+        if (current) more = Fail(job, "launch failed: " + handle.status().message(), now);
+      } else if (!current) {
+        Action kill;
+        kill.launcher = a.launcher;
+        kill.job_id = a.job_id;
+        kill.handle = *handle;
+        more.push_back(std::move(kill));
+      } else {
+        job.handle = *handle;
+        Persist(job, now);
+        FB_LOG(INFO) << "job " << job.id << ": launched attempt " << a.attempt << " ("
+                     << a.launcher->name() << " " << *handle << ")";
+      }
+    }
+    Run(std::move(more));
+  }
+}
+
+}  // namespace fullband::coordinator

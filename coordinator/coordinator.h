@@ -1,0 +1,202 @@
+// Coordinator: the job logic of the coordinator (DESIGN §7) — state machine, leases, ledger,
+// budgets, heartbeats, failure handling — as plain C++: no gRPC, no proto on its interface.
+// RpcHandler adapts it to the wire; tests drive it with a fake clock and launcher.
+//
+// Threading: every method is thread-safe (one mutex). Launcher calls run outside it.
+// Durability: every method that changes state appends its writes to the Store before it
+// returns; a caller that acknowledges anything to a remote must first wait for
+// store.WhenDurable(store.LastAppended()) (Note [Acknowledge after durable]).
+// Time-driven transitions (launch, relaunch after back-off, missed heartbeats, exited worker
+// groups) happen in Tick(), which the service calls about once a second.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "coordinator/clock.h"
+#include "coordinator/launcher.h"
+#include "coordinator/schedule_plan.h"
+#include "coordinator/store.h"
+
+namespace fullband::coordinator {
+
+enum class JobState {
+  kPending,
+  kLaunching,
+  kRunning,
+  kRestarting,
+  kCompleted,
+  kFailed,
+  kCancelled
+};
+std::string_view JobStateName(JobState state);  // "PENDING", ...
+bool IsTerminal(JobState state);
+
+// Compute accounting of one job (DESIGN §1). Counted totals cover the steps counted since the
+// last rollback; wasted totals the steps a restart rolled back.
+struct Ledger {
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  int64_t token_equivalents = 0;
+  double flops = 0;
+  std::map<int64_t, int64_t> pass_histogram;  // passes -> counted steps
+  double wall_seconds = 0;                    // from the first launch to a terminal state (or now)
+  double step_seconds = 0;                    // Σ reported step times
+  int64_t wasted_steps = 0;
+  int64_t wasted_tokens = 0;
+  int64_t wasted_token_equivalents = 0;
+  double wasted_flops = 0;
+  std::vector<double> last_losses;  // per pass, of the last counted step
+  bool operator==(const Ledger&) const = default;
+};
+
+struct JobSpec {
+  std::string name;
+  std::string owner;
+  Config config;
+};
+
+// A consistent copy of one job.
+struct JobInfo {
+  std::string id;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;
+  int64_t attempt = 0;
+  int64_t restarts = 0;
+  Ledger ledger;
+  int64_t total_steps = 0;
+  double budget_amount = 0;
+  double budget_spent = 0;
+  int64_t committed_step = 0;
+  std::string checkpoint_path;
+  int64_t leased_until = 0;
+  double created_unix = 0;
+  double updated_unix = 0;
+  double tokens_per_second = 0;
+  uint64_t version = 0;  // increases on every change (WatchJob)
+};
+
+struct CoordinatorOptions {
+  double heartbeat_interval_seconds = 10;  // what workers are told to use
+  double heartbeat_timeout_seconds = 60;   // a RUNNING group silent this long has failed
+  double launch_timeout_seconds = 600;     // a launched group must register within this
+  std::string jobs_dir = "fullband-jobs";  // <jobs_dir>/<job>/attempt-<n>/ holds logs
+  std::string advertise_address;           // FULLBAND_COORDINATOR given to workers
+  int64_t max_lease = 1024;                // steps per LeaseBatches
+  // Mints the bearer token a job's workers use (FULLBAND_WORKER_TOKEN); empty = none.
+  std::function<std::string(const std::string& job_id)> mint_worker_token;
+};
+
+struct Registration {
+  Config config;
+  int64_t resume_step = 0;
+  std::string checkpoint_path;
+  int64_t total_steps = 0;
+};
+
+struct LeaseResult {
+  std::vector<StepAssignment> steps;
+  bool budget_exhausted = false;
+};
+
+struct StepReport {
+  std::string job_id;
+  uint64_t incarnation = 0;
+  int64_t step = 0;
+  int64_t tokens = 0;
+  int64_t passes = 0;
+  std::vector<double> losses;
+  double step_seconds = 0;
+};
+
+struct ReportResult {
+  bool duplicate = false;
+  bool job_completed = false;
+};
+
+class Coordinator {
+ public:
+  // Loads every job from `store`. Running jobs continue: their heartbeat and launch deadlines
+  // restart from now. `launchers` maps a launcher kind to its implementation; none of the
+  // pointers is owned and all must outlive the Coordinator. DATA_LOSS on an unreadable record.
+  static StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
+                                                       const Clock* clock,
+                                                       std::map<LauncherKind, Launcher*> launchers,
+                                                       Store* store);
+  ~Coordinator();
+
+  // ---- JobService
+
+  // Stores a PENDING job and returns its id ("job-000001", ...). INVALID_ARGUMENT: the config
+  // does not validate, its budget does not plan (SchedulePlan::Create), or its launcher kind
+  // is not available here.
+  StatusOr<std::string> SubmitJob(JobSpec spec);
+  // NOT_FOUND.
+  StatusOr<JobInfo> GetJob(const std::string& job_id) const;
+  // Jobs of `owner` ("" = all), oldest first; finished ones only with include_finished.
+  std::vector<JobInfo> ListJobs(const std::string& owner, bool include_finished) const;
+  // Kills the worker group and moves the job to CANCELLED; OK and unchanged for a finished
+  // job. NOT_FOUND.
+  StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+
+  // ---- WorkerService (error codes as in proto/coordinator.proto)
+
+  StatusOr<Registration> RegisterWorkerGroup(const std::string& job_id, uint64_t incarnation,
+                                             int64_t attempt, int64_t world_size);
+  StatusOr<JobState> Heartbeat(const std::string& job_id, uint64_t incarnation);
+  StatusOr<LeaseResult> LeaseBatches(const std::string& job_id, uint64_t incarnation,
+                                     int64_t from_step, int64_t count);
+  StatusOr<ReportResult> ReportStep(const StepReport& report);
+  Status CommitCheckpoint(const std::string& job_id, uint64_t incarnation, int64_t step,
+                          const std::string& path, int64_t shards);
+  Status ReportFailure(const std::string& job_id, uint64_t incarnation, const std::string& reason);
+
+  // Launches PENDING jobs, relaunches RESTARTING jobs whose back-off is over, fails jobs whose
+  // heartbeat or launch deadline passed or whose worker group exited.
+  void Tick();
+
+  const CoordinatorOptions& options() const { return options_; }
+  Store* store() const { return store_; }
+
+ private:
+  struct Job;
+  struct Action;  // a launcher call to make outside the mutex
+
+  Coordinator(CoordinatorOptions options, const Clock* clock,
+              std::map<LauncherKind, Launcher*> launchers, Store* store);
+  Status Load();
+
+  StatusOr<Job*> Find(const std::string& job_id) const;
+  Status CheckIncarnation(const Job& job, uint64_t incarnation) const;
+  JobInfo Info(const Job& job, double now) const;
+  // Appends the job's state record (plus `extra`) to the store, bumps its version.
+  void Persist(Job& job, double now, WriteSet extra = {});
+  // Moves the counted steps after the last checkpoint to wasted (their records deleted by
+  // `writes`) and forgets the registered worker group.
+  void Rollback(Job& job, WriteSet& writes);
+  // Rolls back, then RESTARTING or FAILED; returns the kill to make (if any).
+  std::vector<Action> Fail(Job& job, const std::string& reason, double now);
+  std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
+  void Run(std::vector<Action> actions);
+
+  const CoordinatorOptions options_;
+  const Clock* clock_;
+  const std::map<LauncherKind, Launcher*> launchers_;
+  Store* store_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace fullband::coordinator

@@ -1,0 +1,532 @@
+// Coordinator logic with a fake clock and launcher: the job state machine, leases, the ledger
+// and budgets, idempotent reports, failure handling with rollback and back-off, every error
+// code, and a restart of the coordinator on the same store.
+#include "coordinator/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tests/coordinator/fakes.h"
+
+namespace fullband::coordinator {
+namespace {
+
+Config SmallConfig() {
+  Config c = SmallTestConfig();
+  c.launcher.command = {"worker"};
+  c.launcher.max_restarts = 2;
+  c.launcher.backoff_seconds = 10;
+  c.launcher.max_backoff_seconds = 15;
+  return c;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    coordinator_.reset();
+    if (!store_) {
+      StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_, in_memory_);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      store_ = std::move(*store);
+    }
+    CoordinatorOptions options;
+    options.heartbeat_timeout_seconds = 60;
+    options.launch_timeout_seconds = 300;
+    options.jobs_dir = "/jobs";
+    options.advertise_address = "localhost:1234";
+    StatusOr<std::unique_ptr<Coordinator>> c =
+        Coordinator::Create(options, &clock_, {{LauncherKind::kLocal, &launcher_}}, store_.get());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    coordinator_ = std::move(*c);
+  }
+
+  // Submits and brings the job to RUNNING with incarnation `inc`.
+  std::string StartJob(Config config = SmallConfig(), uint64_t inc = 7) {
+    StatusOr<std::string> id = coordinator_->SubmitJob({"test", "alice", config});
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    coordinator_->Tick();
+    EXPECT_EQ(State(*id), JobState::kLaunching);
+    StatusOr<Registration> reg = coordinator_->RegisterWorkerGroup(*id, inc, 0, 1);
+    EXPECT_TRUE(reg.ok()) << reg.status().ToString();
+    return *id;
+  }
+
+  JobState State(const std::string& id) { return coordinator_->GetJob(id)->state; }
+  Ledger LedgerOf(const std::string& id) { return coordinator_->GetJob(id)->ledger; }
+
+  StepReport Report(const std::string& id, int64_t step, uint64_t inc = 7) {
+    StepReport r;
+    r.job_id = id;
+    r.incarnation = inc;
+    r.step = step;
+    r.tokens = 128;
+    r.passes = 1;
+    r.losses = {2.5};
+    r.step_seconds = 0.5;
+    return r;
+  }
+
+  // Leases and reports steps [from, to).
+  void RunSteps(const std::string& id, int64_t from, int64_t to, uint64_t inc = 7) {
+    ASSERT_TRUE(coordinator_->LeaseBatches(id, inc, from, to - from).ok());
+    for (int64_t s = from; s < to; ++s) {
+      StatusOr<ReportResult> r = coordinator_->ReportStep(Report(id, s, inc));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_FALSE(r->duplicate);
+    }
+  }
+
+  FakeClock clock_;
+  FakeLauncher launcher_;
+  std::string dir_ = "/coordinator-test";
+  bool in_memory_ = true;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, Submit_StoresAPendingJobWithItsPlan) {
+  StatusOr<std::string> id = coordinator_->SubmitJob({"run", "alice", SmallConfig()});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "job-000001");
+  StatusOr<JobInfo> job = coordinator_->GetJob(*id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kPending);
+  EXPECT_EQ(job->total_steps, 20);
+  EXPECT_EQ(job->budget_amount, 128 * 20);
+  EXPECT_EQ(job->spec.owner, "alice");
+  EXPECT_EQ(*coordinator_->SubmitJob({"run", "bob", SmallConfig()}), "job-000002");
+}
+
+TEST_F(CoordinatorTest, Submit_BadConfigOrBudget_IsInvalidArgument) {
+  Config bad = SmallConfig();
+  bad.parallel.tp = 3;
+  StatusOr<std::string> id = coordinator_->SubmitJob({"run", "alice", bad});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("parallel.tp"), std::string::npos);
+  Config tiny = SmallConfig();
+  tiny.budget.amount = 10;
+  EXPECT_EQ(coordinator_->SubmitJob({"run", "alice", tiny}).status().code(),
+            StatusCode::kInvalidArgument);
+  Config slurm = SmallConfig();
+  slurm.launcher.kind = LauncherKind::kSlurm;
+  StatusOr<std::string> s = coordinator_->SubmitJob({"run", "alice", slurm});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("launcher.kind: slurm is not available"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, Tick_LaunchesPendingJobWithItsSpec) {
+  Config c = SmallConfig();
+  c.parallel.dp = 2;
+  c.launcher.extra_args = {"--flag"};
+  const std::string id = *coordinator_->SubmitJob({"run", "alice", c});
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  const std::vector<LaunchSpec> launches = launcher_.launches();
+  ASSERT_EQ(launches.size(), 1u);
+  const LaunchSpec& spec = launches[0];
+  EXPECT_EQ(spec.job_id, id);
+  EXPECT_EQ(spec.attempt, 0);
+  EXPECT_EQ(spec.processes, 2);
+  EXPECT_EQ(spec.command, (std::vector<std::string>{"worker", "--flag"}));
+  EXPECT_EQ(spec.env.at("FULLBAND_JOB_ID"), id);
+  EXPECT_EQ(spec.env.at("FULLBAND_ATTEMPT"), "0");
+  EXPECT_EQ(spec.env.at("FULLBAND_COORDINATOR"), "localhost:1234");
+  EXPECT_EQ(spec.log_dir, "/jobs/" + id + "/attempt-0");
+  coordinator_->Tick();  // no second launch
+  EXPECT_EQ(launcher_.launches().size(), 1u);
+}
+
+TEST_F(CoordinatorTest, Register_MovesJobToRunningAndReturnsResumePoint) {
+  const std::string id = *coordinator_->SubmitJob({"run", "alice", SmallConfig()});
+  coordinator_->Tick();
+  StatusOr<Registration> reg = coordinator_->RegisterWorkerGroup(id, 7, 0, 1);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_EQ(reg->resume_step, 0);
+  EXPECT_EQ(reg->total_steps, 20);
+  EXPECT_EQ(reg->config, SmallConfig());
+  // The same incarnation again is fine.
+  EXPECT_TRUE(coordinator_->RegisterWorkerGroup(id, 7, 0, 1).ok());
+}
+
+TEST_F(CoordinatorTest, Register_BadRequests_ReturnTheirCodes) {
+  const std::string id = *coordinator_->SubmitJob({"run", "alice", SmallConfig()});
+  EXPECT_EQ(coordinator_->RegisterWorkerGroup(id, 7, 0, 1).status().code(),
+            StatusCode::kFailedPrecondition);  // still PENDING
+  coordinator_->Tick();
+  EXPECT_EQ(coordinator_->RegisterWorkerGroup(id, 0, 0, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->RegisterWorkerGroup(id, 7, 0, 4).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->RegisterWorkerGroup(id, 7, 1, 1).status().code(),
+            StatusCode::kFailedPrecondition);  // not this attempt
+  EXPECT_EQ(coordinator_->RegisterWorkerGroup("job-999999", 7, 0, 1).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, Lease_RepeatedStep_ReturnsSameAssignment) {
+  Config c = SmallConfig();
+  c.schedule.phases = {{1.0, {{1, 0.5}, {2, 0.5}}}};
+  const std::string id = StartJob(c);
+  StatusOr<LeaseResult> a = coordinator_->LeaseBatches(id, 7, 0, 8);
+  StatusOr<LeaseResult> b = coordinator_->LeaseBatches(id, 7, 4, 4);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->steps.size(), 8u);
+  ASSERT_EQ(b->steps.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a->steps[4 + i], b->steps[i]);
+  EXPECT_EQ(a->steps[5].step, 5);
+  EXPECT_EQ(a->steps[5].sampler_cursor, 20u);
+  EXPECT_FALSE(a->budget_exhausted);
+  EXPECT_EQ(coordinator_->GetJob(id)->leased_until, 8);
+}
+
+TEST_F(CoordinatorTest, Lease_PastTheBudget_IsTruncatedAndSaysExhausted) {
+  const std::string id = StartJob();
+  StatusOr<LeaseResult> r = coordinator_->LeaseBatches(id, 7, 15, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->steps.size(), 5u);
+  EXPECT_TRUE(r->budget_exhausted);
+  r = coordinator_->LeaseBatches(id, 7, 40, 1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->steps.empty());
+  EXPECT_TRUE(r->budget_exhausted);
+}
+
+TEST_F(CoordinatorTest, Lease_BadRequests_ReturnTheirCodes) {
+  const std::string id = StartJob();
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, -1, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 1025).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 8, 0, 1).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->LeaseBatches("nope", 7, 0, 1).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, Report_CountsOnceAndFillsTheLedger) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 3);
+  StatusOr<ReportResult> again = coordinator_->ReportStep(Report(id, 1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate);
+  const Ledger l = LedgerOf(id);
+  EXPECT_EQ(l.steps, 3);
+  EXPECT_EQ(l.tokens, 3 * 128);
+  EXPECT_EQ(l.token_equivalents, 3 * 128);
+  EXPECT_GT(l.flops, 0);
+  EXPECT_EQ(l.pass_histogram.at(1), 3);
+  EXPECT_DOUBLE_EQ(l.step_seconds, 1.5);
+  EXPECT_EQ(l.last_losses, std::vector<double>{2.5});
+  EXPECT_EQ(coordinator_->GetJob(id)->budget_spent, 3 * 128);
+}
+
+TEST_F(CoordinatorTest, Report_BadRequests_ReturnTheirCodes) {
+  const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 2).ok());
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 2)).status().code(),
+            StatusCode::kFailedPrecondition);  // never leased
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 0, 8)).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->ReportStep(Report("job-000404", 0)).status().code(),
+            StatusCode::kNotFound);
+  StepReport r = Report(id, 0);
+  r.passes = 2;
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  r = Report(id, 0);
+  r.tokens = 100;
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  r = Report(id, 0);
+  r.losses = {1, 2};
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  r = Report(id, 0);
+  r.losses = {std::nan("")};
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  r = Report(id, 0);
+  r.step_seconds = -1;
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  r = Report(id, -3);
+  EXPECT_EQ(coordinator_->ReportStep(r).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LedgerOf(id).steps, 0);
+}
+
+TEST_F(CoordinatorTest, Budget_SpentByTheLastStep_CompletesTheJob) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 19);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 19, 1).ok());
+  StatusOr<ReportResult> last = coordinator_->ReportStep(Report(id, 19));
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE(last->job_completed);
+  EXPECT_EQ(State(id), JobState::kCompleted);
+  EXPECT_EQ(coordinator_->GetJob(id)->budget_spent, coordinator_->GetJob(id)->budget_amount);
+  // A repeat after completion is still acknowledged, and the final checkpoint is accepted.
+  StatusOr<ReportResult> repeat = coordinator_->ReportStep(Report(id, 5));
+  ASSERT_TRUE(repeat.ok());
+  EXPECT_TRUE(repeat->duplicate);
+  EXPECT_TRUE(repeat->job_completed);
+  EXPECT_TRUE(coordinator_->CommitCheckpoint(id, 7, 20, "/ckpt/step-20", 1).ok());
+  EXPECT_EQ(coordinator_->Heartbeat(id, 7).value(), JobState::kCompleted);
+}
+
+TEST_F(CoordinatorTest, TokenEquivalentBudget_NeverLeasesAStepThatWouldOverrun) {
+  Config c = SmallConfig();
+  c.schedule.phases = {{1.0, {{3, 1.0}}}};
+  c.budget.kind = BudgetKind::kTokenEquivalents;
+  c.budget.amount = 128 * 3 * 4 + 300;  // four 3-pass steps; a fifth would overrun
+  const std::string id = StartJob(c);
+  StatusOr<LeaseResult> r = coordinator_->LeaseBatches(id, 7, 0, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->steps.size(), 4u);
+  for (int64_t s = 0; s < 4; ++s) {
+    StepReport rep = Report(id, s);
+    rep.passes = 3;
+    rep.losses = {3, 2, 1};
+    ASSERT_TRUE(coordinator_->ReportStep(rep).ok());
+  }
+  EXPECT_EQ(State(id), JobState::kCompleted);
+  EXPECT_EQ(LedgerOf(id).token_equivalents, 128 * 3 * 4);
+  EXPECT_EQ(LedgerOf(id).pass_histogram.at(3), 4);
+}
+
+TEST_F(CoordinatorTest, Commit_NeedsEveryEarlierStepCounted) {
+  const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 6).ok());
+  for (int64_t s : {0, 1, 3}) ASSERT_TRUE(coordinator_->ReportStep(Report(id, s)).ok());
+  EXPECT_EQ(coordinator_->CommitCheckpoint(id, 7, 4, "/c/4", 1).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(coordinator_->CommitCheckpoint(id, 7, 2, "/c/2", 1).ok());
+  EXPECT_EQ(coordinator_->GetJob(id)->committed_step, 2);
+  EXPECT_EQ(coordinator_->GetJob(id)->checkpoint_path, "/c/2");
+  EXPECT_TRUE(coordinator_->CommitCheckpoint(id, 7, 1, "/c/1", 1).ok());  // older: no-op
+  EXPECT_EQ(coordinator_->GetJob(id)->committed_step, 2);
+  EXPECT_EQ(coordinator_->CommitCheckpoint(id, 7, 0, "/c/0", 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->CommitCheckpoint(id, 7, 3, "", 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->CommitCheckpoint(id, 7, 3, "/c", 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->CommitCheckpoint(id, 9, 3, "/c", 1).code(), StatusCode::kAborted);
+  // A report of a step before the checkpoint is a duplicate.
+  EXPECT_TRUE(coordinator_->ReportStep(Report(id, 0))->duplicate);
+}
+
+TEST_F(CoordinatorTest, MissedHeartbeat_RollsBackToCheckpointAndRestartsAfterBackoff) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 6);
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 4, "/c/4", 1).ok());
+  clock_.Advance(30);
+  ASSERT_TRUE(coordinator_->Heartbeat(id, 7).ok());
+  clock_.Advance(59);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kRunning);  // 59 s of silence is within the deadline
+  clock_.Advance(2);
+  coordinator_->Tick();
+  StatusOr<JobInfo> job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kRestarting);
+  EXPECT_NE(job->reason.find("no heartbeat"), std::string::npos) << job->reason;
+  EXPECT_EQ(launcher_.killed(), std::vector<std::string>{"h1"});
+  // Steps 4 and 5 were counted after the checkpoint: rolled back into wasted.
+  EXPECT_EQ(job->ledger.steps, 4);
+  EXPECT_EQ(job->ledger.tokens, 4 * 128);
+  EXPECT_EQ(job->ledger.wasted_steps, 2);
+  EXPECT_EQ(job->ledger.wasted_tokens, 2 * 128);
+  EXPECT_EQ(job->ledger.pass_histogram.at(1), 4);
+  // The old group is stale now.
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 6)).status().code(), StatusCode::kAborted);
+  // Back-off: 10 s before the relaunch.
+  clock_.Advance(9);
+  coordinator_->Tick();
+  EXPECT_EQ(launcher_.launches().size(), 1u);
+  clock_.Advance(2);
+  coordinator_->Tick();
+  ASSERT_EQ(launcher_.launches().size(), 2u);
+  EXPECT_EQ(launcher_.launches()[1].attempt, 1);
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  StatusOr<Registration> reg = coordinator_->RegisterWorkerGroup(id, 8, 1, 1);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  EXPECT_EQ(reg->resume_step, 4);
+  EXPECT_EQ(reg->checkpoint_path, "/c/4");
+  // The redone steps are counted again, once.
+  RunSteps(id, 4, 6, 8);
+  EXPECT_EQ(LedgerOf(id).steps, 6);
+  EXPECT_EQ(coordinator_->GetJob(id)->restarts, 1);
+}
+
+TEST_F(CoordinatorTest, ReportFailure_RestartsThenFailsWhenOutOfRestarts) {
+  const std::string id = StartJob();
+  uint64_t inc = 7;
+  for (int64_t restart = 0; restart < 2; ++restart) {
+    ASSERT_TRUE(coordinator_->ReportFailure(id, inc, "NaN loss").ok());
+    EXPECT_EQ(State(id), JobState::kRestarting);
+    clock_.Advance(restart == 0 ? 10 : 15);  // 10 s, then min(20, max 15) s
+    coordinator_->Tick();
+    ASSERT_EQ(State(id), JobState::kLaunching) << restart;
+    ++inc;
+    ASSERT_TRUE(coordinator_->RegisterWorkerGroup(id, inc, restart + 1, 1).ok());
+  }
+  ASSERT_TRUE(coordinator_->ReportFailure(id, inc, "NaN loss").ok());
+  StatusOr<JobInfo> job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_EQ(job->reason, "failed after 2 restarts: worker reported: NaN loss");
+  EXPECT_EQ(launcher_.killed().size(), 3u);
+  EXPECT_EQ(coordinator_->ReportFailure(id, 99, "x").code(), StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->ReportFailure("none", 1, "x").code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, Backoff_DoublesUpToItsCap) {
+  Config c = SmallConfig();
+  c.launcher.max_restarts = 5;
+  c.launcher.backoff_seconds = 4;
+  c.launcher.max_backoff_seconds = 10;
+  const std::string id = StartJob(c);
+  uint64_t inc = 7;
+  for (double expected : {4.0, 8.0, 10.0}) {
+    ASSERT_TRUE(coordinator_->ReportFailure(id, inc, "x").ok());
+    clock_.Advance(expected - 0.5);
+    coordinator_->Tick();
+    EXPECT_EQ(State(id), JobState::kRestarting) << expected;
+    clock_.Advance(0.5);
+    coordinator_->Tick();
+    EXPECT_EQ(State(id), JobState::kLaunching) << expected;
+    const int64_t attempt = coordinator_->GetJob(id)->attempt;
+    ASSERT_TRUE(coordinator_->RegisterWorkerGroup(id, ++inc, attempt, 1).ok());
+  }
+}
+
+TEST_F(CoordinatorTest, WorkerGroupExit_IsAFailure) {
+  const std::string id = StartJob();
+  launcher_.SetExited("h1", 3);
+  coordinator_->Tick();
+  StatusOr<JobInfo> job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kRestarting);
+  EXPECT_NE(job->reason.find("exit code 3"), std::string::npos) << job->reason;
+}
+
+TEST_F(CoordinatorTest, LaunchFailureOrNoRegistration_IsAFailure) {
+  launcher_.FailNextLaunch(UnavailableError("mpirun not found"));
+  const std::string id = *coordinator_->SubmitJob({"run", "alice", SmallConfig()});
+  coordinator_->Tick();
+  StatusOr<JobInfo> job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kRestarting);
+  EXPECT_NE(job->reason.find("launch failed: mpirun not found"), std::string::npos);
+  clock_.Advance(10);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  clock_.Advance(301);
+  coordinator_->Tick();
+  job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kRestarting);
+  EXPECT_NE(job->reason.find("did not register"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, Cancel_KillsTheGroupAndIsFinal) {
+  const std::string id = StartJob();
+  StatusOr<JobInfo> job = coordinator_->CancelJob(id, "by alice");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kCancelled);
+  EXPECT_EQ(job->reason, "by alice");
+  EXPECT_EQ(launcher_.killed(), std::vector<std::string>{"h1"});
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 1).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->Heartbeat(id, 7).value(), JobState::kCancelled);
+  // Cancelling again changes nothing.
+  EXPECT_EQ(coordinator_->CancelJob(id, "again")->reason, "by alice");
+  EXPECT_EQ(coordinator_->CancelJob("none", "").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(coordinator_->ListJobs("", false).empty());
+  EXPECT_EQ(coordinator_->ListJobs("", true).size(), 1u);
+  EXPECT_TRUE(coordinator_->ListJobs("bob", true).empty());
+}
+
+TEST_F(CoordinatorTest, NewIncarnationOfTheSameAttempt_RollsBackAndTakesOver) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 3);
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 2, "/c/2", 1).ok());
+  StatusOr<Registration> reg = coordinator_->RegisterWorkerGroup(id, 9, 0, 1);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->resume_step, 2);
+  EXPECT_EQ(State(id), JobState::kRunning);
+  EXPECT_EQ(LedgerOf(id).steps, 2);
+  EXPECT_EQ(LedgerOf(id).wasted_steps, 1);
+  EXPECT_EQ(coordinator_->Heartbeat(id, 7).status().code(), StatusCode::kAborted);
+  // The new group redoes step 2 from the same lease.
+  StatusOr<ReportResult> r = coordinator_->ReportStep(Report(id, 2, 9));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->duplicate);
+}
+
+class CoordinatorRestartTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::temp_directory_path() /
+            ("fullband-coord-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path_);
+    dir_ = path_.string();
+    in_memory_ = false;
+    Open();
+  }
+  void TearDown() override {
+    coordinator_.reset();
+    store_.reset();
+    std::filesystem::remove_all(path_);
+  }
+  void Restart() {
+    ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
+    coordinator_.reset();
+    store_.reset();
+    Open();
+  }
+  std::filesystem::path path_;
+};
+
+TEST_F(CoordinatorRestartTest, Reopen_KeepsJobsLeasesLedgerAndCheckpoints) {
+  const std::string id = StartJob();
+  const std::string other = *coordinator_->SubmitJob({"second", "bob", SmallConfig()});
+  RunSteps(id, 0, 5);
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 3, "/c/3", 2).ok());
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 5, 3).ok());
+  const JobInfo before = *coordinator_->GetJob(id);
+  Restart();
+  const JobInfo after = *coordinator_->GetJob(id);
+  EXPECT_EQ(after.state, JobState::kRunning);
+  EXPECT_EQ(after.ledger.steps, before.ledger.steps);
+  EXPECT_EQ(after.ledger.tokens, before.ledger.tokens);
+  EXPECT_EQ(after.ledger.pass_histogram, before.ledger.pass_histogram);
+  EXPECT_EQ(after.committed_step, 3);
+  EXPECT_EQ(after.checkpoint_path, "/c/3");
+  EXPECT_EQ(after.leased_until, 8);
+  EXPECT_EQ(after.spec.config, before.spec.config);
+  EXPECT_EQ(State(other), JobState::kPending);
+  // The running job continues: counted steps stay counted, leased steps can be reported.
+  EXPECT_TRUE(coordinator_->ReportStep(Report(id, 4))->duplicate);
+  EXPECT_TRUE(coordinator_->ReportStep(Report(id, 1))->duplicate);
+  StatusOr<ReportResult> r = coordinator_->ReportStep(Report(id, 6));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_EQ(LedgerOf(id).steps, 6);
+  // New ids continue after the loaded ones.
+  EXPECT_EQ(*coordinator_->SubmitJob({"third", "alice", SmallConfig()}), "job-000003");
+  // A rollback after the restart uses the reloaded step records.
+  ASSERT_TRUE(coordinator_->ReportFailure(id, 7, "x").ok());
+  EXPECT_EQ(LedgerOf(id).steps, 3);
+  EXPECT_EQ(LedgerOf(id).wasted_steps, 3);  // steps 3, 4 and 6
+  Restart();
+  EXPECT_EQ(State(id), JobState::kRestarting);
+  EXPECT_EQ(LedgerOf(id).steps, 3);
+  EXPECT_EQ(LedgerOf(id).wasted_steps, 3);
+}
+
+TEST_F(CoordinatorRestartTest, Reopen_GivesRunningJobsAFreshHeartbeatDeadline) {
+  const std::string id = StartJob();
+  clock_.Advance(50);
+  Restart();
+  clock_.Advance(50);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kRunning);
+  clock_.Advance(11);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kRestarting);
+}
+
+}  // namespace
+}  // namespace fullband::coordinator
