@@ -17,6 +17,10 @@ StatusOr<std::unique_ptr<BatchReader>> BatchReader::Create(std::vector<const Tok
     return InvalidArgumentError("reader: DP rank " + std::to_string(options.dp_rank) + " of " +
                                 std::to_string(options.dp_size));
   }
+  if (options.threads < 1 || options.threads > 64) {
+    return InvalidArgumentError("reader: threads " + std::to_string(options.threads) +
+                                " outside [1, 64]");
+  }
   for (const TokenStore* s : stores) {
     if (s->seq_len() != options.seq_len) {
       return InvalidArgumentError(
@@ -33,7 +37,11 @@ StatusOr<std::unique_ptr<BatchReader>> BatchReader::Create(std::vector<const Tok
   FB_RETURN_IF_ERROR(sampler.CheckCursor(start));
   std::unique_ptr<BatchReader> reader(
       new BatchReader(std::move(stores), std::move(sampler), std::move(start), options));
-  if (options.prefetch > 0) reader->thread_ = std::thread([r = reader.get()] { r->Prefetch(); });
+  if (options.prefetch > 0) {
+    for (int i = 0; i < std::max(1, options.threads); ++i) {
+      reader->threads_.emplace_back([r = reader.get()] { r->Prefetch(); });
+    }
+  }
   return reader;
 }
 
@@ -50,57 +58,68 @@ BatchReader::~BatchReader() {
     stop_ = true;
   }
   room_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
-StatusOr<Batch> BatchReader::ReadBatch(SamplerCursor* cursor, std::vector<Sampler::Draw>* draws,
-                                       std::vector<uint32_t>* ids) const {
-  const int64_t b = options_.batch_size, n = options_.seq_len + 1;
-  sampler_.NextBatch(options_.dp_rank, options_.dp_size, b, cursor, draws);
+StatusOr<Batch> BatchReader::ReadBatch(const std::vector<Sampler::Draw>& draws,
+                                       std::vector<uint32_t>* scratch) const {
+  const size_t n = static_cast<size_t>(options_.seq_len + 1);
   Batch batch;
-  batch.tokens.resize(static_cast<size_t>(b * n));
-  ids->resize(static_cast<size_t>(b * n));
-  // One read per store, in draw order within it.
+  batch.tokens.resize(draws.size() * n);
+  // int32 and uint32 may alias; ids are < 2^31, so the bits are the same number.
+  uint32_t* out = reinterpret_cast<uint32_t*>(batch.tokens.data());
   std::vector<int64_t> indices;
-  std::vector<int64_t> rows;
+  if (stores_.size() == 1) {  // straight into the batch
+    for (const Sampler::Draw& d : draws) indices.push_back(d.index);
+    FB_RETURN_IF_ERROR(stores_[0]->Read(indices, out));
+    return batch;
+  }
+  // One read per store, then each record to its row.
+  std::vector<size_t> rows;
   for (size_t s = 0; s < stores_.size(); ++s) {
     indices.clear();
     rows.clear();
-    for (size_t i = 0; i < draws->size(); ++i) {
-      if ((*draws)[i].source == static_cast<int>(s)) {
-        indices.push_back((*draws)[i].index);
-        rows.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < draws.size(); ++i) {
+      if (draws[i].source == static_cast<int>(s)) {
+        indices.push_back(draws[i].index);
+        rows.push_back(i);
       }
     }
     if (indices.empty()) continue;
-    FB_RETURN_IF_ERROR(stores_[s]->Read(indices, ids->data()));
+    scratch->resize(indices.size() * n);
+    FB_RETURN_IF_ERROR(stores_[s]->Read(indices, scratch->data()));
     for (size_t k = 0; k < rows.size(); ++k) {
-      const uint32_t* from = ids->data() + k * n;
-      std::copy(from, from + n, batch.tokens.begin() + rows[k] * n);
+      std::copy(scratch->begin() + k * n, scratch->begin() + (k + 1) * n, out + rows[k] * n);
     }
   }
-  batch.cursor_after = *cursor;
   return batch;
 }
 
 void BatchReader::Prefetch() {
   std::vector<Sampler::Draw> draws;
-  std::vector<uint32_t> ids;
+  std::vector<uint32_t> scratch;
   for (;;) {
+    int64_t number;
+    SamplerCursor after;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      room_.wait(lock,
-                 [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch; });
+      room_.wait(lock, [&] {
+        return stop_ || (!error_read_ && claimed_ < delivered_ + options_.prefetch);
+      });
       if (stop_) return;
+      // Drawing is cheap and must be sequential: do it under the lock, read outside it.
+      number = claimed_++;
+      sampler_.NextBatch(options_.dp_rank, options_.dp_size, options_.batch_size, &next_, &draws);
+      after = next_;
     }
-    StatusOr<Batch> batch = ReadBatch(&next_, &draws, &ids);
-    const bool failed = !batch.ok();
+    StatusOr<Batch> batch = ReadBatch(draws, &scratch);
+    if (batch.ok()) batch->cursor_after = std::move(after);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(batch));
+      if (!batch.ok()) error_read_ = true;
+      done_.emplace(number, std::move(batch));
     }
-    ready_.notify_one();
-    if (failed) return;  // the error is the last thing this reader says
+    ready_.notify_all();
   }
 }
 
@@ -108,19 +127,25 @@ StatusOr<Batch> BatchReader::Next() {
   if (options_.prefetch == 0) {
     if (failed_) return FailedPreconditionError("reader: stopped after a read error");
     std::vector<Sampler::Draw> draws;
-    std::vector<uint32_t> ids;
-    StatusOr<Batch> batch = ReadBatch(&next_, &draws, &ids);
+    std::vector<uint32_t> scratch;
+    sampler_.NextBatch(options_.dp_rank, options_.dp_size, options_.batch_size, &next_, &draws);
+    StatusOr<Batch> batch = ReadBatch(draws, &scratch);
+    if (batch.ok()) batch->cursor_after = next_;
     failed_ = !batch.ok();
     return batch;
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (failed_) return FailedPreconditionError("reader: stopped after a read error");
-  ready_.wait(lock, [&] { return !queue_.empty(); });
-  StatusOr<Batch> batch = std::move(queue_.front());
-  queue_.pop_front();
+  // Batch `delivered_` is claimed by now or will be: a failed earlier batch would have been
+  // delivered first, and claims stop only after a failure.
+  ready_.wait(lock, [&] { return done_.count(delivered_) > 0; });
+  auto it = done_.find(delivered_);
+  StatusOr<Batch> batch = std::move(it->second);
+  done_.erase(it);
+  ++delivered_;
   failed_ = !batch.ok();
   lock.unlock();
-  room_.notify_one();
+  room_.notify_all();
   return batch;
 }
 

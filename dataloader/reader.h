@@ -1,15 +1,16 @@
 // BatchReader: the training batches of one data-parallel rank, read from token stores in the
 // order the Sampler gives, by a background thread that keeps `prefetch` batches ready.
 //
-// Batches come out in stream order whatever the timing; each carries the sampler cursor after
-// it, which is what a checkpoint saves: a reader created at that cursor continues with exactly
-// the next batch. A read error (a corrupt record) is returned by Next for the batch it hit and
-// stops the reader. Next is called from one thread; the stores must outlive the reader.
+// Batches come out in stream order whatever the timing, also with several reading threads;
+// each carries the sampler cursor after it, which is what a checkpoint saves: a reader created
+// at that cursor continues with exactly the next batch. A read error (a corrupt record) is
+// returned by Next for the batch it hit and stops the reader. Next is called from one thread;
+// the stores must outlive the reader.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -21,9 +22,27 @@
 
 namespace fullband::dataloader {
 
+// A std::allocator whose resize() leaves new elements default-initialized (for ints:
+// unwritten), for buffers that are overwritten in full right away.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) {
+      ::new (static_cast<void*>(p)) U;
+    } else {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  }
+};
+
 struct Batch {
-  std::vector<int32_t> tokens;  // (B, T + 1)
-  SamplerCursor cursor_after;   // where the stream continues
+  std::vector<int32_t, UninitializedAllocator<int32_t>> tokens;  // (B, T + 1)
+  SamplerCursor cursor_after;                                    // where the stream continues
 };
 
 struct ReaderOptions {
@@ -33,6 +52,7 @@ struct ReaderOptions {
   int dp_rank = 0;
   int dp_size = 1;
   int64_t prefetch = 4;  // batches kept ready (0: read synchronously in Next)
+  int threads = 1;       // background threads reading batches (with prefetch > 0)
 };
 
 class BatchReader {
@@ -52,23 +72,26 @@ class BatchReader {
  private:
   BatchReader(std::vector<const TokenStore*> stores, Sampler sampler, SamplerCursor start,
               const ReaderOptions& options);
-  // Reads the batch at `*cursor` and advances it.
-  StatusOr<Batch> ReadBatch(SamplerCursor* cursor, std::vector<Sampler::Draw>* draws,
-                            std::vector<uint32_t>* ids) const;
+  // Reads the records of `draws` into a batch.
+  StatusOr<Batch> ReadBatch(const std::vector<Sampler::Draw>& draws,
+                            std::vector<uint32_t>* scratch) const;
   void Prefetch();
 
   std::vector<const TokenStore*> stores_;
   Sampler sampler_;
   ReaderOptions options_;
-  SamplerCursor next_;  // the cursor of the next batch to read (owned by the reading thread)
 
   std::mutex mu_;
-  std::condition_variable ready_;  // a batch was queued, or the thread stopped
-  std::condition_variable room_;   // a batch was taken, or stop was asked
-  std::deque<StatusOr<Batch>> queue_;
+  SamplerCursor next_;                       // the cursor of batch number claimed_
+  int64_t claimed_ = 0;                      // batches handed to reading threads so far
+  int64_t delivered_ = 0;                    // batches returned by Next so far
+  std::map<int64_t, StatusOr<Batch>> done_;  // read, not yet delivered, by batch number
+  std::condition_variable ready_;            // a batch was read
+  std::condition_variable room_;             // a batch was delivered, or stop was asked
   bool stop_ = false;
-  bool failed_ = false;
-  std::thread thread_;
+  bool error_read_ = false;  // a thread hit an error: claim nothing more
+  bool failed_ = false;      // Next returned an error
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace fullband::dataloader

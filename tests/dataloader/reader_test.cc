@@ -18,8 +18,9 @@ std::unique_ptr<MemoryTokenStore> Store(const std::string& name, int64_t n, uint
   return std::make_unique<MemoryTokenStore>(name, kSeqLen, 100000, std::move(t));
 }
 
-ReaderOptions Options(int64_t batch, int64_t prefetch, int rank = 0, int dp = 1) {
+ReaderOptions Options(int64_t batch, int64_t prefetch, int rank = 0, int dp = 1, int threads = 1) {
   ReaderOptions o;
+  o.threads = threads;
   o.batch_size = batch;
   o.seq_len = kSeqLen;
   o.vocab_size = 100000;
@@ -34,7 +35,7 @@ std::vector<std::vector<int32_t>> ReadAll(BatchReader* r, int batches) {
   for (int i = 0; i < batches; ++i) {
     StatusOr<Batch> b = r->Next();
     EXPECT_TRUE(b.ok()) << b.status().ToString();
-    out.push_back(b->tokens);
+    out.emplace_back(b->tokens.begin(), b->tokens.end());
   }
   return out;
 }
@@ -63,7 +64,11 @@ TEST(BatchReader, Prefetch_DoesNotChangeTheStream) {
   StatusOr<Sampler> sampler = Sampler::Create({40, 13}, {0.7, 0.3}, 8);
   auto sync = BatchReader::Create({a.get(), b.get()}, *sampler, sampler->Start(), Options(4, 0));
   auto ahead = BatchReader::Create({a.get(), b.get()}, *sampler, sampler->Start(), Options(4, 6));
-  EXPECT_EQ(ReadAll(sync->get(), 30), ReadAll(ahead->get(), 30));
+  auto parallel = BatchReader::Create({a.get(), b.get()}, *sampler, sampler->Start(),
+                                      Options(4, 5, 0, 1, /*threads=*/3));
+  const auto expect = ReadAll(sync->get(), 60);
+  EXPECT_EQ(ReadAll(ahead->get(), 60), expect);
+  EXPECT_EQ(ReadAll(parallel->get(), 60), expect);
 }
 
 TEST(BatchReader, SavedCursor_ResumesWithExactlyTheNextBatch) {
@@ -112,10 +117,13 @@ class BrokenStore : public TokenStore {
   int64_t bad_;
 };
 
-TEST(BatchReader, CorruptRecord_IsReturnedAsAnErrorAndStopsTheReader) {
+class CorruptRecord : public ::testing::TestWithParam<int> {};
+
+TEST_P(CorruptRecord, IsReturnedAsAnErrorAndStopsTheReader) {
   BrokenStore store(/*bad=*/6);
   StatusOr<Sampler> sampler = Sampler::Create({10}, {1.0}, 0);
-  auto reader = BatchReader::Create({&store}, *sampler, sampler->Start(), Options(2, 3));
+  auto reader =
+      BatchReader::Create({&store}, *sampler, sampler->Start(), Options(2, 3, 0, 1, GetParam()));
   Status error;
   int good = 0;
   for (int i = 0; i < 5 && error.ok(); ++i) {
@@ -131,6 +139,8 @@ TEST(BatchReader, CorruptRecord_IsReturnedAsAnErrorAndStopsTheReader) {
   EXPECT_LT(good, 5);
   EXPECT_EQ((*reader)->Next().status().code(), StatusCode::kFailedPrecondition);
 }
+
+INSTANTIATE_TEST_SUITE_P(ReadingThreads, CorruptRecord, ::testing::Values(1, 3));
 
 TEST(BatchReader, MismatchedSeqLen_IsInvalidNamingTheStore) {
   auto store = Store("web", 10);

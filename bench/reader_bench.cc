@@ -1,0 +1,148 @@
+// reader_bench: training batches per second from a RocksDB token store through the prefetching
+// BatchReader, against the baseline of copying the same sequences, in the same random order,
+// out of a memory-mapped flat file — both measured in this run, both from the page cache.
+//
+//   reader_bench [--sequences N] [--seq-len S] [--batch B] [--prefetch P] [--dir DIR]
+//
+// Prints one JSON line per measurement and a summary line with the ratio.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "bench/bench_util.h"
+#include "cli/flags.h"
+#include "common/random.h"
+#include "dataloader/reader.h"
+#include "dataloader/token_store.h"
+
+namespace fullband {
+namespace {
+
+using dataloader::Sampler;
+
+int Run(const std::vector<std::string>& args) {
+  StatusOr<cli::Flags> flags = cli::Flags::Parse(
+      args, {"sequences", "seq-len", "batch", "prefetch", "dir", "reps", "threads"}, {});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "reader_bench: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  const int64_t n = flags->GetInt("sequences", 40000).value();
+  const int64_t s = flags->GetInt("seq-len", 512).value();
+  const int64_t batch = flags->GetInt("batch", 32).value();
+  const int64_t prefetch = flags->GetInt("prefetch", 8).value();
+  const int reps = static_cast<int>(flags->GetInt("reps", 5).value());
+  const int threads = static_cast<int>(flags->GetInt("threads", 1).value());
+  const std::string dir = flags->Get("dir", "/tmp/fullband_reader_bench");
+  const int64_t len = s + 1;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+
+  // The same random ids into a flat file and a store.
+  std::vector<uint32_t> ids(static_cast<size_t>(n * len));
+  Rng rng(1);
+  for (uint32_t& id : ids) id = static_cast<uint32_t>(rng.Below(100352));
+  const std::string flat = dir + "/tokens.bin";
+  std::ofstream(flat, std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()),
+             static_cast<std::streamsize>(ids.size() * 4));
+  const std::string path = dir + "/store";
+  {
+    auto w = dataloader::TokenStoreWriter::Open(path, {"bench", "-", 100352, s}, "{}");
+    if (!w.ok()) {
+      std::fprintf(stderr, "reader_bench: %s\n", w.status().ToString().c_str());
+      return 1;
+    }
+    const int64_t step = 4096;
+    for (int64_t at = 0; at < n; at += step) {
+      const int64_t k = std::min(step, n - at);
+      if (!(*w)->Append({ids.data() + at * len, static_cast<size_t>(k * len)}).ok()) return 1;
+    }
+    dataloader::StoreSource src{"random", ids.size() * 4, "0", 1, static_cast<int64_t>(ids.size()),
+                                0};
+    if (!(*w)->Commit({}, {src}).ok() || !(*w)->Close().ok()) return 1;
+  }
+  auto store = dataloader::RocksDbTokenStore::Open(path);
+  if (!store.ok()) {
+    std::fprintf(stderr, "reader_bench: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+
+  const int fd = ::open(flat.c_str(), O_RDONLY);
+  const size_t bytes = ids.size() * 4;
+  const auto* mapped =
+      static_cast<const uint32_t*>(mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0));
+  ids.clear();
+  ids.shrink_to_fit();
+
+  const int64_t steps = n / batch;  // one epoch
+  const Sampler sampler = Sampler::Create({n}, {1.0}, 7).value();
+  std::vector<int32_t> out(static_cast<size_t>(batch * len));
+  uint64_t checksum = 0;
+
+  // Baseline: the sampler's order, each sequence copied out of the mapping.
+  auto mmap_epoch = [&] {
+    dataloader::SamplerCursor c = sampler.Start();
+    std::vector<Sampler::Draw> draws;
+    for (int64_t i = 0; i < steps; ++i) {
+      sampler.NextBatch(0, 1, batch, &c, &draws);
+      for (int64_t r = 0; r < batch; ++r) {
+        const uint32_t* from = mapped + draws[r].index * len;
+        for (int64_t t = 0; t < len; ++t) out[r * len + t] = static_cast<int32_t>(from[t]);
+      }
+      checksum += static_cast<uint32_t>(out[0]);
+    }
+  };
+  auto store_epoch = [&] {
+    dataloader::ReaderOptions o;
+    o.batch_size = batch;
+    o.seq_len = s;
+    o.vocab_size = 100352;
+    o.prefetch = prefetch;
+    o.threads = threads;
+    auto reader = dataloader::BatchReader::Create({store->get()}, sampler, sampler.Start(), o);
+    for (int64_t i = 0; i < steps; ++i) {
+      StatusOr<dataloader::Batch> b = (*reader)->Next();
+      if (!b.ok()) {
+        std::fprintf(stderr, "reader_bench: %s\n", b.status().ToString().c_str());
+        std::exit(1);
+      }
+      checksum += static_cast<uint32_t>(b->tokens[0]);
+    }
+  };
+  const double tokens = static_cast<double>(steps * batch * len);
+  const double t_mmap = bench::MedianSeconds(mmap_epoch, 1, reps);
+  const double t_store = bench::MedianSeconds(store_epoch, 1, reps);
+  const std::string cpu = bench::CpuModel();
+  std::printf(
+      "{\"bench\": \"reader\", \"impl\": \"mmap_flat_file\", \"sequences\": %ld, \"seq_len\": %ld, "
+      "\"batch\": %ld, \"tokens_per_s\": %.0f, \"seconds_median\": %.4f}\n",
+      n, s, batch, tokens / t_mmap, t_mmap);
+  std::printf(
+      "{\"bench\": \"reader\", \"impl\": \"rocksdb_store_prefetch\", \"sequences\": %ld, "
+      "\"seq_len\": %ld, \"batch\": %ld, \"prefetch\": %ld, \"threads\": %d, \"tokens_per_s\": "
+      "%.0f, "
+      "\"seconds_median\": %.4f, \"disk_bytes\": %lu}\n",
+      n, s, batch, prefetch, threads, tokens / t_store, t_store,
+      static_cast<unsigned long>((*store)->disk_bytes()));
+  std::printf(
+      "{\"bench\": \"reader\", \"summary\": true, \"store_over_mmap\": %.3f, \"cpu\": \"%s\", "
+      "\"checksum\": %lu}\n",
+      t_mmap / t_store, cpu.c_str(), static_cast<unsigned long>(checksum));
+  munmap(const_cast<uint32_t*>(mapped), bytes);
+  ::close(fd);
+  store->reset();
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fullband
+
+int main(int argc, char** argv) {
+  return fullband::Run(std::vector<std::string>(argv + 1, argv + argc));
+}
