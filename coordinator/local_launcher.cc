@@ -1,0 +1,526 @@
+// LocalLauncher (local_launcher.h): posix_spawn into a new session, pidfd waits.
+//
+// Note [Attempt cleanup]: an attempt's leader (mpirun, or the direct command) starts a new
+// session, which makes it a process group of its own too. Open MPI moves every rank into a
+// process group of its own, but not out of the session, so the session is what holds an
+// attempt together: Kill signals every live process whose session id is the leader's pid
+// (found in /proc) as well as the leader's group. When the leader has exited, whatever is left
+// of the session is killed with SIGKILL before the leader is reaped; the leader's zombie keeps
+// its pid, and so the session id, from being reused until then, so no signal reaches an
+// unrelated process, and no rank outlives its attempt. A worker that calls setsid() itself
+// escapes this.
+#include "coordinator/local_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "coordinator/metrics_http.h"
+
+extern char** environ;
+
+namespace fullband::coordinator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Debian 12's <sys/pidfd.h> declares these without C linkage, so call the kernel directly.
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdSendSignal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// Fields of /proc/<pid>/stat.
+struct ProcStat {
+  char state = '?';         // R, S, D, Z, ...
+  pid_t session = 0;        // field 6
+  uint64_t start_time = 0;  // field 22, clock ticks since boot
+};
+
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  // The command name, in parentheses, may hold spaces: fields start after the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 2));
+  ProcStat out;
+  std::string field;
+  for (int k = 3; fields >> field; ++k) {
+    if (k == 3) out.state = field[0];
+    if (k == 6) out.session = static_cast<pid_t>(std::stoll(field));
+    if (k == 22) {
+      out.start_time = std::stoull(field);
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+// True while `pid` is the live (not zombie) process that started at `start_time`.
+bool Alive(pid_t pid, uint64_t start_time) {
+  std::optional<ProcStat> stat = ReadProcStat(pid);
+  return stat && stat->state != 'Z' && stat->start_time == start_time;
+}
+
+// The live (not zombie) processes of session `sid`, from /proc.
+std::vector<pid_t> SessionMembers(pid_t sid) {
+  std::vector<pid_t> members;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoll(name));
+    std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (stat && stat->session == sid && stat->state != 'Z') members.push_back(pid);
+  }
+  return members;
+}
+
+// pidfds of the live processes of session `sid`. Each is checked again after its pidfd is
+// open, so a pid that was reused between the scan and the open is left out.
+std::vector<int> OpenSessionMembers(pid_t sid) {
+  std::vector<int> fds;
+  for (pid_t pid : SessionMembers(sid)) {
+    const int fd = PidfdOpen(pid);
+    if (fd < 0) continue;  // gone already
+    std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (stat && stat->session == sid && stat->state != 'Z') {
+      fds.push_back(fd);
+    } else {
+      close(fd);
+    }
+  }
+  return fds;
+}
+
+// Sends `sig` to process group `sid` and every live process of session `sid`.
+void SignalSession(pid_t sid, int sig) {
+  kill(-sid, sig);
+  for (int fd : OpenSessionMembers(sid)) {
+    PidfdSendSignal(fd, sig);
+    close(fd);
+  }
+}
+
+// SIGKILLs every process of session `sid` and waits for each to exit; again while the
+// session has members (one may fork during a scan), at most 20 rounds or 10 s.
+void KillSession(pid_t sid) {
+  kill(-sid, SIGKILL);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (int round = 0; round < 20 && Clock::now() < deadline; ++round) {
+    std::vector<pollfd> fds;
+    for (int fd : OpenSessionMembers(sid)) {
+      PidfdSendSignal(fd, SIGKILL);
+      fds.push_back({fd, POLLIN, 0});
+    }
+    if (fds.empty()) return;
+    // Each pidfd turns readable when its process exits.
+    size_t exited = 0;
+    while (exited < fds.size() && Clock::now() < deadline) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (pollfd& p : fds) {
+        if (p.fd >= 0 && (p.revents & POLLIN)) {
+          close(p.fd);
+          p.fd = -1;  // poll ignores negative descriptors
+          ++exited;
+        }
+      }
+    }
+    for (pollfd& p : fds) {
+      if (p.fd >= 0) close(p.fd);
+    }
+  }
+}
+
+// The executable that `program` names: itself if it contains '/', else the first executable
+// regular file `<dir>/<program>` over the directories of `path`.
+std::string Resolve(const std::string& program, const std::string& path) {
+  auto executable = [](const std::string& file) {
+    struct stat st;
+    return stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(file.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return executable(program) ? program : "";
+  std::istringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
+    if (executable(file)) return file;
+  }
+  return "";
+}
+
+int AvailableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// Waits up to `timeout` for `pid` (a child whose pidfd is `pidfd`, or -1) to exit, without
+// reaping it. True when it has exited.
+bool WaitExited(pid_t pid, int pidfd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      return true;  // ECHILD: reaped elsewhere; nothing left to wait for
+    }
+    if (info.si_pid != 0) return true;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    if (pidfd >= 0) {
+      pollfd p = {pidfd, POLLIN, 0};
+      poll(&p, 1, static_cast<int>(left.count()));  // readable once the process exits
+    } else {
+      // No pidfd (kernel < 5.3): look again every 10 ms.
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+    }
+  }
+}
+
+// Waits up to `timeout` for the process `pid` started at `start_time` (not a child) to be
+// gone or a zombie. True when it is.
+bool WaitGone(pid_t pid, uint64_t start_time, std::chrono::milliseconds timeout) {
+  const int pidfd = PidfdOpen(pid);
+  const auto deadline = Clock::now() + timeout;
+  bool gone = true;
+  while (Alive(pid, start_time)) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      gone = false;
+      break;
+    }
+    if (pidfd >= 0) {
+      pollfd p = {pidfd, POLLIN, 0};
+      poll(&p, 1, static_cast<int>(left.count()));  // readable once the process exits
+    } else {
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+    }
+  }
+  if (pidfd >= 0) close(pidfd);
+  return gone;
+}
+
+}  // namespace
+
+struct LocalLauncher::Attempt {
+  ~Attempt() {
+    if (pidfd >= 0) close(pidfd);
+  }
+  std::mutex mu;  // Kill, Wait and Finish on this attempt; Poll only tries it
+  pid_t pid = 0;
+  int pidfd = -1;
+  bool done = false;        // reaped; `state` is final
+  std::string kill_detail;  // set by Kill before the end it caused
+  LaunchState state;
+};
+
+LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {}
+
+LocalLauncher::~LocalLauncher() = default;
+
+StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
+  if (spec.command.empty() || spec.command[0].empty()) {
+    return InvalidArgumentError("launch job " + spec.job_id + ": the worker command is empty");
+  }
+  if (spec.processes < 1) {
+    return InvalidArgumentError("launch job " + spec.job_id + ": processes is " +
+                                std::to_string(spec.processes) + ", must be at least 1");
+  }
+  if (spec.attempt < 0) {
+    return InvalidArgumentError("launch job " + spec.job_id + ": attempt is negative");
+  }
+  if (spec.log_dir.empty()) {
+    return InvalidArgumentError("launch job " + spec.job_id + ": log_dir is empty");
+  }
+  auto fail = [this](Status status) {
+    std::lock_guard lock(mu_);
+    ++failures_;
+    return status;
+  };
+
+  // The environment: ours, then the spec's on top.
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  const bool direct = spec.processes == 1 && options_.direct_single_process;
+  if (!direct && geteuid() == 0) {
+    // Open MPI refuses to run as root without both (DESIGN §8).
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  }
+  for (const auto& [key, value] : spec.env) env[key] = value;
+  const std::string path = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+
+  const std::string worker = Resolve(spec.command[0], path);
+  if (worker.empty()) {
+    return fail(
+        InvalidArgumentError("launch job " + spec.job_id + ": worker program '" + spec.command[0] +
+                             "' is not an executable file" +
+                             (spec.command[0].find('/') == std::string::npos ? " in PATH" : "")));
+  }
+  std::vector<std::string> argv;
+  std::string program = worker;
+  if (!direct) {
+    program = Resolve(options_.mpirun, path);
+    if (program.empty()) {
+      return fail(UnavailableError("launch job " + spec.job_id + ": mpirun '" + options_.mpirun +
+                                   "' is not an executable file"));
+    }
+    argv.push_back(options_.mpirun);
+    argv.insert(argv.end(), options_.mpirun_args.begin(), options_.mpirun_args.end());
+    const int cores = options_.cores > 0 ? options_.cores : AvailableCores();
+    if (spec.processes > cores) argv.push_back("--oversubscribe");
+    argv.push_back("-np");
+    argv.push_back(std::to_string(spec.processes));
+  }
+  argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+
+  std::error_code ec;
+  std::filesystem::create_directories(spec.log_dir, ec);
+  if (ec) {
+    return fail(InternalError("launch job " + spec.job_id + ": cannot create log directory " +
+                              spec.log_dir + ": " + ec.message()));
+  }
+  const std::string base = spec.log_dir + "/attempt-" + std::to_string(spec.attempt);
+  int log_fds[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    const std::string file = base + (i == 0 ? ".out" : ".err");
+    log_fds[i] = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fds[i] < 0) {
+      const std::string error = std::strerror(errno);
+      if (i == 1) close(log_fds[0]);
+      return fail(InternalError("launch job " + spec.job_id + ": cannot open log file " + file +
+                                ": " + error));
+    }
+  }
+  std::string command_line;
+  for (const std::string& arg : argv) command_line += (command_line.empty() ? "" : " ") + arg;
+  const std::string header = "fullband: job " + spec.job_id + " attempt " +
+                             std::to_string(spec.attempt) + ": " + command_line + "\n";
+  if (write(log_fds[1], header.data(), header.size()) < 0) {
+    FB_LOG(WARNING) << "cannot write to " << base << ".err: " << std::strerror(errno);
+  }
+
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> c_env, c_argv;
+  for (std::string& s : env_strings) c_env.push_back(s.data());
+  for (std::string& s : argv) c_argv.push_back(s.data());
+  c_env.push_back(nullptr);
+  c_argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, log_fds[0], 1);
+  posix_spawn_file_actions_adddup2(&actions, log_fds[1], 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // A new session, and so a new process group (Note [Attempt cleanup]); no blocked signals;
+  // every signal at its default disposition (the coordinator may ignore SIGPIPE or block
+  // signals on this thread).
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(log_fds[0]);
+  close(log_fds[1]);
+  if (rc != 0) {
+    return fail(UnavailableError("launch job " + spec.job_id + ": cannot start " + program + ": " +
+                                 std::strerror(rc)));
+  }
+
+  auto attempt = std::make_shared<Attempt>();
+  attempt->pid = pid;
+  attempt->pidfd = PidfdOpen(pid);  // the child is unreaped, so its pid is still its own
+  std::optional<ProcStat> stat = ReadProcStat(pid);  // unreaped, so /proc still has it
+  const std::string handle =
+      std::to_string(pid) + "." + std::to_string(stat ? stat->start_time : 0);
+  std::lock_guard lock(mu_);
+  attempts_[handle] = attempt;
+  ++started_;
+  FB_LOG(INFO) << "launched job " << spec.job_id << " attempt " << spec.attempt << " as " << handle
+               << ": " << command_line;
+  return handle;
+}
+
+std::shared_ptr<LocalLauncher::Attempt> LocalLauncher::Find(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto it = attempts_.find(handle);
+  return it == attempts_.end() ? nullptr : it->second;
+}
+
+void LocalLauncher::Finish(Attempt& attempt, bool block) {
+  if (attempt.done) return;
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(attempt.pid), &info,
+             WEXITED | WNOWAIT | (block ? 0 : WNOHANG)) != 0) {
+    attempt.state = {LaunchState::Phase::kLost, 0,
+                     "exit status lost: the process was reaped outside the launcher"};
+    attempt.done = true;
+    return;
+  }
+  if (info.si_pid == 0) return;  // still running
+  KillSession(attempt.pid);      // Note [Attempt cleanup]
+  int status = 0;
+  while (waitpid(attempt.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  LaunchState& s = attempt.state;
+  if (WIFEXITED(status)) {
+    s.phase = LaunchState::Phase::kExited;
+    s.exit_code = WEXITSTATUS(status);
+    s.detail = "exited with code " + std::to_string(s.exit_code);
+  } else if (WIFSIGNALED(status)) {
+    s.phase = LaunchState::Phase::kKilled;
+    s.exit_code = 128 + WTERMSIG(status);
+    s.detail = "killed by " + SignalName(WTERMSIG(status));
+  }
+  if (!attempt.kill_detail.empty()) {
+    s.phase = LaunchState::Phase::kKilled;
+    s.detail = attempt.kill_detail + " (" + s.detail + ")";
+  }
+  attempt.done = true;
+}
+
+StatusOr<LaunchState> LocalLauncher::Poll(const std::string& handle) {
+  std::shared_ptr<Attempt> attempt = Find(handle);
+  if (attempt == nullptr) return NotFoundError("launcher local: no attempt " + handle);
+  std::unique_lock lock(attempt->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return LaunchState{LaunchState::Phase::kRunning, 0, "being killed"};
+  Finish(*attempt, /*block=*/false);
+  return attempt->state;
+}
+
+StatusOr<LaunchState> LocalLauncher::Wait(const std::string& handle,
+                                          std::chrono::milliseconds timeout) {
+  std::shared_ptr<Attempt> attempt = Find(handle);
+  if (attempt == nullptr) return NotFoundError("launcher local: no attempt " + handle);
+  WaitExited(attempt->pid, attempt->pidfd, timeout);  // unlocked: Poll stays non-blocking
+  std::lock_guard lock(attempt->mu);
+  Finish(*attempt, /*block=*/false);
+  return attempt->state;
+}
+
+Status LocalLauncher::Kill(const std::string& handle) {
+  std::shared_ptr<Attempt> attempt = Find(handle);
+  const auto grace = options_.kill_grace;
+  constexpr std::chrono::seconds kAfterSigkill(10);
+  if (attempt == nullptr) {
+    // Perhaps an attempt of an earlier coordinator process on this machine.
+    const size_t dot = handle.find('.');
+    pid_t pid = 0;
+    uint64_t start_time = 0;
+    try {
+      size_t used = 0;
+      pid = static_cast<pid_t>(std::stoll(handle.substr(0, dot), &used));
+      if (dot == std::string::npos || used != dot || pid <= 1) throw std::invalid_argument("");
+      start_time = std::stoull(handle.substr(dot + 1), &used);
+      if (used != handle.size() - dot - 1) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      return NotFoundError("launcher local: '" + handle + "' is not a local launcher handle");
+    }
+    std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (!stat || stat->start_time != start_time || stat->session != pid) {
+      return OkStatus();  // gone (or the pid now belongs to someone else)
+    }
+    FB_LOG(INFO) << "killing attempt " << handle << " of an earlier coordinator process";
+    {
+      std::lock_guard lock(mu_);
+      ++kills_;
+    }
+    SignalSession(pid, SIGTERM);
+    const bool ended = WaitGone(pid, start_time, grace);
+    KillSession(pid);
+    if (!ended && !WaitGone(pid, start_time, kAfterSigkill)) {
+      return InternalError("launcher local: attempt " + handle + " survived SIGKILL");
+    }
+    return OkStatus();
+  }
+
+  std::lock_guard attempt_lock(attempt->mu);
+  Finish(*attempt, /*block=*/false);
+  if (attempt->done) return OkStatus();
+  {
+    std::lock_guard lock(mu_);
+    ++kills_;
+  }
+  SignalSession(attempt->pid, SIGTERM);
+  if (WaitExited(attempt->pid, attempt->pidfd, grace)) {
+    attempt->kill_detail = "ended by Kill with SIGTERM";
+  } else {
+    KillSession(attempt->pid);
+    attempt->kill_detail =
+        "killed by SIGKILL after the " + std::to_string(grace.count()) + " ms grace";
+    if (!WaitExited(attempt->pid, attempt->pidfd, kAfterSigkill)) {
+      return InternalError("launcher local: attempt " + handle + " survived SIGKILL");
+    }
+  }
+  Finish(*attempt, /*block=*/true);
+  return OkStatus();
+}
+
+void LocalLauncher::RenderMetrics(PrometheusWriter& writer) const {
+  int64_t running = 0, started = 0, failures = 0, kills = 0;
+  {
+    std::lock_guard lock(mu_);
+    started = started_;
+    failures = failures_;
+    kills = kills_;
+    for (const auto& [handle, attempt] : attempts_) {
+      std::unique_lock attempt_lock(attempt->mu, std::try_to_lock);
+      running += !attempt_lock.owns_lock() || !attempt->done;
+    }
+  }
+  const PrometheusWriter::Labels labels = {{"launcher", "local"}};
+  writer.Family("fullband_launcher_attempts_started_total", MetricType::kCounter,
+                "Worker attempts started.");
+  writer.Sample(labels, static_cast<double>(started));
+  writer.Family("fullband_launcher_launch_failures_total", MetricType::kCounter,
+                "Launches refused or failed before a process started.");
+  writer.Sample(labels, static_cast<double>(failures));
+  writer.Family("fullband_launcher_kills_total", MetricType::kCounter, "Attempts ended by Kill.");
+  writer.Sample(labels, static_cast<double>(kills));
+  writer.Family("fullband_launcher_attempts_running", MetricType::kGauge,
+                "Attempts started and not yet seen to end.");
+  writer.Sample(labels, static_cast<double>(running));
+}
+
+}  // namespace fullband::coordinator
