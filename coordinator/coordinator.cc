@@ -28,6 +28,7 @@ struct Coordinator::Job {
   int64_t restarts = 0;
   uint64_t incarnation = 0;
   std::string handle;
+  std::string worker_token;
   int64_t leased_until = 0;
   int64_t committed_step = 0;
   std::string checkpoint_path;
@@ -166,6 +167,10 @@ Status Coordinator::Load() {
     job->restarts = s.restarts();
     job->incarnation = s.incarnation();
     job->handle = s.launch_handle();
+    job->worker_token = s.worker_token();
+    if (!job->worker_token.empty() && !IsTerminal(job->state) && options_.restore_worker_token) {
+      options_.restore_worker_token(id, job->worker_token);
+    }
     job->leased_until = s.leased_until();
     job->committed_step = s.committed_step();
     job->checkpoint_path = s.checkpoint_path();
@@ -223,6 +228,7 @@ void Coordinator::Persist(Job& job, double now, WriteSet extra) {
   s.set_restart_at_unix(job.restart_at);
   s.set_updated_unix(job.updated);
   s.set_wall_start_unix(job.wall_start);
+  s.set_worker_token(job.worker_token);
   extra.puts.emplace_back(StateKey(job.id), s.SerializeAsString());
   store_->Append(std::move(extra));
 }
@@ -332,6 +338,10 @@ std::vector<Coordinator::Action> Coordinator::Finish(Job& job, JobState state,
   job.state = state;
   job.reason = reason;
   if (job.wall_start > 0) job.ledger.wall_seconds = now - job.wall_start;
+  if (IsTerminal(state) && !job.worker_token.empty()) {
+    if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
+    job.worker_token.clear();
+  }
   return actions;
 }
 
@@ -618,6 +628,11 @@ Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnatio
   return OkStatus();
 }
 
+void Coordinator::set_advertise_address(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.advertise_address = address;
+}
+
 void Coordinator::Tick() {
   struct PollItem {
     std::string job_id;
@@ -678,7 +693,11 @@ void Coordinator::Tick() {
           a.spec.env["FULLBAND_COORDINATOR"] = options_.advertise_address;
         }
         if (options_.mint_worker_token) {
-          a.spec.env["FULLBAND_WORKER_TOKEN"] = options_.mint_worker_token(job.id);
+          if (!job.worker_token.empty() && options_.revoke_worker_tokens) {
+            options_.revoke_worker_tokens(job.id);  // the previous attempt's
+          }
+          job.worker_token = options_.mint_worker_token(job.id);
+          if (!job.worker_token.empty()) a.spec.env["FULLBAND_WORKER_TOKEN"] = job.worker_token;
         }
         a.spec.log_dir =
             options_.jobs_dir + "/" + job.id + "/attempt-" + std::to_string(job.attempt);

@@ -93,8 +93,13 @@ struct CoordinatorOptions {
   std::string jobs_dir = "fullband-jobs";  // <jobs_dir>/<job>/attempt-<n>/ holds logs
   std::string advertise_address;           // FULLBAND_COORDINATOR given to workers
   int64_t max_lease = 1024;                // steps per LeaseBatches
-  // Mints the bearer token a job's workers use (FULLBAND_WORKER_TOKEN); empty = none.
+  // Mints the bearer token of a job attempt's workers (FULLBAND_WORKER_TOKEN); unset or ""
+  // = none. The token is stored with the job; after a restart of the coordinator
+  // restore_worker_token gets it back for every unfinished job, and revoke_worker_tokens is
+  // called when a job finishes. All three are called with the coordinator's lock held.
   std::function<std::string(const std::string& job_id)> mint_worker_token;
+  std::function<void(const std::string& job_id, const std::string& token)> restore_worker_token;
+  std::function<void(const std::string& job_id)> revoke_worker_tokens;
 };
 
 struct Registration {
@@ -166,6 +171,8 @@ class Coordinator {
   void Tick();
 
   const CoordinatorOptions& options() const { return options_; }
+  // The FULLBAND_COORDINATOR address given to later launches (known once the server is bound).
+  void set_advertise_address(const std::string& address);
   Store* store() const { return store_; }
 
  private:
@@ -189,7 +196,7 @@ class Coordinator {
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
   void Run(std::vector<Action> actions);
 
-  const CoordinatorOptions options_;
+  CoordinatorOptions options_;  // advertise_address is guarded by mu_
   const Clock* clock_;
   const std::map<LauncherKind, Launcher*> launchers_;
   Store* store_;

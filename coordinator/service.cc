@@ -1,0 +1,249 @@
+#include "coordinator/service.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/logging.h"
+#include "coordinator/job_metrics.h"
+#include "coordinator/local_launcher.h"
+
+namespace fullband::coordinator {
+namespace {
+
+// Reads the keys of coordinator.yaml into a ServiceConfig; errors name "<source>:<line>: key".
+class Reader {
+ public:
+  Reader(std::string_view source, const YAML::Node& root) : source_(source), root_(root) {}
+
+  void operator()(const char* key, std::string& out) {
+    Read(
+        key,
+        [&](const YAML::Node& n) {
+          if (!n.IsScalar()) return false;
+          out = n.Scalar();
+          return true;
+        },
+        "a string");
+  }
+  void operator()(const char* key, bool& out) {
+    Read(
+        key,
+        [&](const YAML::Node& n) {
+          if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return false;
+          out = n.Scalar() == "true";
+          return true;
+        },
+        "true or false");
+  }
+  // A number > 0.
+  void operator()(const char* key, double& out) {
+    Read(
+        key,
+        [&](const YAML::Node& n) {
+          if (!n.IsScalar()) return false;
+          std::istringstream in(n.Scalar());
+          double v;
+          if (!(in >> v) || !in.eof() || !std::isfinite(v) || v <= 0) return false;
+          out = v;
+          return true;
+        },
+        "a number > 0");
+  }
+
+  Status Finish() {
+    if (!status_.ok()) return status_;
+    for (const auto& kv : root_) {
+      const std::string key = kv.first.as<std::string>();
+      if (!seen_.count(key)) return InvalidArgumentError(Where(kv.first) + ": unknown key " + key);
+    }
+    return OkStatus();
+  }
+
+ private:
+  std::string Where(const YAML::Node& n) const {
+    return std::string(source_) + ":" + std::to_string(n.Mark().line + 1);
+  }
+  template <typename Fn>
+  void Read(const char* key, Fn&& fn, const char* what) {
+    seen_.insert(key);
+    if (!status_.ok()) return;
+    const YAML::Node n = root_[key];
+    if (!n) return;
+    if (!fn(n)) {
+      status_ =
+          InvalidArgumentError(Where(n) + ": " + key + ": expected " + what + ", got '" +
+                               (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
+    }
+  }
+
+  std::string_view source_;
+  const YAML::Node& root_;
+  std::set<std::string> seen_;
+  Status status_;
+};
+
+}  // namespace
+
+StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string(source) + ":" + std::to_string(e.mark.line + 1) +
+                                ": not valid YAML: " + e.msg);
+  }
+  ServiceConfig c;
+  if (root.IsNull()) return c;
+  if (!root.IsMap()) return InvalidArgumentError(std::string(source) + ": expected a mapping");
+  Reader r(source, root);
+  r("listen", c.listen);
+  r("advertise", c.advertise);
+  r("store_dir", c.store_dir);
+  r("jobs_dir", c.jobs_dir);
+  r("tls_cert", c.tls_cert);
+  r("tls_key", c.tls_key);
+  r("tokens_file", c.tokens_file);
+  r("metrics_listen", c.metrics_listen);
+  r("heartbeat_interval_seconds", c.heartbeat_interval_seconds);
+  r("heartbeat_timeout_seconds", c.heartbeat_timeout_seconds);
+  r("launch_timeout_seconds", c.launch_timeout_seconds);
+  r("tick_seconds", c.tick_seconds);
+  r("mpirun", c.mpirun);
+  r("direct_single_process", c.direct_single_process);
+  r("kill_grace_seconds", c.kill_grace_seconds);
+  FB_RETURN_IF_ERROR(r.Finish());
+  if (c.heartbeat_interval_seconds >= c.heartbeat_timeout_seconds) {
+    return InvalidArgumentError(std::string(source) +
+                                ": heartbeat_interval_seconds must be below "
+                                "heartbeat_timeout_seconds");
+  }
+  if (c.store_dir.empty()) return InvalidArgumentError(std::string(source) + ": store_dir: empty");
+  return c;
+}
+
+StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot read coordinator config " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseServiceConfig(text.str(), path);
+}
+
+StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const ServiceConfig& config,
+                                                                        Launcher* launcher,
+                                                                        const Clock* clock) {
+  std::unique_ptr<CoordinatorService> s(new CoordinatorService());
+  s->config_ = config;
+  if (clock == nullptr) clock = &s->real_clock_;
+  if (launcher == nullptr) {
+    LocalLauncherOptions lo;
+    lo.mpirun = config.mpirun;
+    lo.direct_single_process = config.direct_single_process;
+    lo.kill_grace =
+        std::chrono::milliseconds(static_cast<int64_t>(config.kill_grace_seconds * 1000));
+    s->own_launcher_ = std::make_unique<LocalLauncher>(lo);
+    launcher = s->own_launcher_.get();
+  }
+  if (!config.tokens_file.empty()) {
+    s->auth_ = std::make_unique<Authenticator>();
+    FB_RETURN_IF_ERROR(s->auth_->LoadTokensFile(config.tokens_file));
+  }
+  FB_ASSIGN_OR_RETURN(s->store_, Store::Open(config.store_dir));
+
+  CoordinatorOptions options;
+  options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
+  options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
+  options.launch_timeout_seconds = config.launch_timeout_seconds;
+  options.jobs_dir = config.jobs_dir;
+  options.advertise_address = config.advertise;
+  if (Authenticator* auth = s->auth_.get()) {
+    options.mint_worker_token = [auth](const std::string& job_id) {
+      StatusOr<std::string> token = auth->MintWorkerToken(job_id);
+      if (!token.ok()) {
+        FB_LOG(ERROR) << "job " << job_id << ": " << token.status().ToString();
+        return std::string();
+      }
+      return *token;
+    };
+    options.restore_worker_token = [auth](const std::string& job_id, const std::string& token) {
+      Status st = auth->RegisterWorkerToken(job_id, token);
+      if (!st.ok()) FB_LOG(ERROR) << "job " << job_id << ": " << st.ToString();
+    };
+    options.revoke_worker_tokens = [auth](const std::string& job_id) {
+      auth->RevokeWorkerTokens(job_id);
+    };
+  }
+  GrpcServerOptions go;
+  go.address = config.listen;
+  go.tls_cert_file = config.tls_cert;
+  go.tls_key_file = config.tls_key;
+  FB_ASSIGN_OR_RETURN(
+      s->coordinator_,
+      Coordinator::Create(options, clock, {{LauncherKind::kLocal, launcher}}, s->store_.get()));
+  s->handler_ = std::make_unique<RpcHandler>(s->coordinator_.get(), s->auth_.get());
+  s->grpc_ = std::make_unique<GrpcServer>(go, s->handler_.get());
+  FB_RETURN_IF_ERROR(s->grpc_->Start().WithContext("gRPC server"));
+  if (config.advertise.empty()) {
+    const std::string host = config.listen.substr(0, config.listen.rfind(':'));
+    s->coordinator_->set_advertise_address(host + ":" + std::to_string(s->grpc_->port()));
+  }
+  if (!config.metrics_listen.empty()) {
+    const size_t colon = config.metrics_listen.rfind(':');
+    if (colon == std::string::npos) {
+      return InvalidArgumentError("metrics_listen: expected host:port, got " +
+                                  config.metrics_listen);
+    }
+    CoordinatorService* self = s.get();
+    s->metrics_ =
+        std::make_unique<MetricsHttpServer>(config.metrics_listen.substr(0, colon),
+                                            std::atoi(config.metrics_listen.c_str() + colon + 1),
+                                            [self] { return self->RenderMetrics(); });
+    FB_RETURN_IF_ERROR(s->metrics_->Start().WithContext("metrics server"));
+  }
+  CoordinatorService* self = s.get();
+  s->ticker_ = std::thread([self] {
+    std::unique_lock<std::mutex> lock(self->mu_);
+    while (!self->stopped_) {
+      lock.unlock();
+      self->coordinator_->Tick();
+      lock.lock();
+      self->cv_.wait_for(lock, std::chrono::duration<double>(self->config_.tick_seconds),
+                         [self] { return self->stopped_; });
+    }
+  });
+  return s;
+}
+
+CoordinatorService::~CoordinatorService() { Stop(); }
+
+void CoordinatorService::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+  if (metrics_) metrics_->Stop();
+  if (grpc_) grpc_->Shutdown();
+}
+
+void CoordinatorService::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopped_; });
+}
+
+std::string CoordinatorService::RenderMetrics() const {
+  PrometheusWriter w;
+  WriteJobMetrics(coordinator_->ListJobs("", /*include_finished=*/true), w);
+  if (auth_) auth_->RenderMetrics(w);
+  if (auto* local = dynamic_cast<LocalLauncher*>(own_launcher_.get())) local->RenderMetrics(w);
+  if (metrics_) metrics_->RenderMetrics(w);
+  WriteProcessMetrics(w);
+  return w.Take();
+}
+
+}  // namespace fullband::coordinator

@@ -1,0 +1,270 @@
+// The real coordinator service on loopback over TLS: job and worker flows through the client
+// library, authentication and authorization, malformed and oversized requests, health checking.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "coordinator/client.h"
+#include "coordinator/service.h"
+#include "proto/config_convert.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "tests/coordinator/fakes.h"
+
+namespace fullband::coordinator {
+namespace {
+
+const char kAdmin[] = "admin-token-0123456789abcdef0123456789abcdef";
+const char kAlice[] = "alice-token-0123456789abcdef0123456789abcdef";
+const char kBob[] = "bob-token-0123456789abcdef0123456789abcdef012";
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("fullband-grpc-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const std::string d = dir_.string();
+    std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+    const std::string cmd =
+        "cd " + d + " && openssl req -x509 " + ec +
+        "-keyout ca.key -out ca.pem -days 1 -subj /CN=fullband-test-ca 2>/dev/null && "
+        "openssl req " +
+        ec +
+        "-keyout server.key -out server.csr -subj /CN=localhost "
+        "2>/dev/null && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ofstream(d + "/tokens.yaml") << "version: 1\ntokens:\n"
+                                      << "  - {token: " << kAdmin << ", role: admin, user: root}\n"
+                                      << "  - {token: " << kAlice << ", role: user, user: alice}\n"
+                                      << "  - {token: " << kBob << ", role: user, user: bob}\n";
+    std::filesystem::permissions(d + "/tokens.yaml", std::filesystem::perms::owner_read |
+                                                         std::filesystem::perms::owner_write);
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+
+  void SetUp() override {
+    const std::string d = dir_.string();
+    ServiceConfig config;
+    config.listen = "127.0.0.1:0";
+    config.store_dir =
+        d + "/store-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    config.tls_cert = d + "/server.pem";
+    config.tls_key = d + "/server.key";
+    config.tokens_file = d + "/tokens.yaml";
+    config.tick_seconds = 0.02;
+    auto service = CoordinatorService::Start(config, &launcher_, &clock_);
+    ASSERT_TRUE(service.ok()) << service.status().ToString();
+    service_ = std::move(*service);
+  }
+
+  ClientOptions Options(const std::string& token) const {
+    ClientOptions o;
+    o.address = "localhost:" + std::to_string(service_->port());
+    o.token = token;
+    o.tls_ca_file = (dir_ / "ca.pem").string();
+    o.max_attempts = 1;
+    o.rpc_timeout_seconds = 10;
+    return o;
+  }
+  std::unique_ptr<JobClient> Jobs(const std::string& token) {
+    auto c = JobClient::Connect(Options(token));
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+  proto::JobSpec Spec(const std::string& name = "run") {
+    proto::JobSpec spec;
+    spec.set_name(name);
+    *spec.mutable_config() = ToProto(SmallTestConfig());
+    return spec;
+  }
+  // Submits as alice and waits (on the watch stream) until the job is launched; returns the
+  // job id and the worker token the launcher was given.
+  std::pair<std::string, std::string> SubmitAndLaunch(const std::string& name = "run") {
+    auto alice = Jobs(kAlice);
+    StatusOr<std::string> id = alice->Submit(Spec(name));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    const Status watched = alice->Watch(
+        *id, [](const proto::Job& job) { return job.state() != proto::JOB_STATE_LAUNCHING; });
+    EXPECT_EQ(watched.code(), StatusCode::kCancelled) << watched.ToString();
+    for (const LaunchSpec& spec : launcher_.launches()) {
+      if (spec.job_id == *id) return {*id, spec.env.at("FULLBAND_WORKER_TOKEN")};
+    }
+    ADD_FAILURE() << "job " << *id << " was not launched";
+    return {*id, ""};
+  }
+
+  static std::filesystem::path dir_;
+  FakeClock clock_;
+  FakeLauncher launcher_;
+  std::unique_ptr<CoordinatorService> service_;
+};
+
+std::filesystem::path GrpcServerTest::dir_;
+
+TEST_F(GrpcServerTest, WorkerFlowOverTls_CountsReportsOnceAndCompletes) {
+  const auto [id, token] = SubmitAndLaunch();
+  auto worker = WorkerClient::Register(Options(token), id, 0, 1, /*lease_ahead=*/8);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ((*worker)->registration().total_steps(), 20);
+  EXPECT_EQ((*worker)->registration().resume_step(), 0);
+  int64_t steps = 0;
+  for (;;) {
+    auto next = (*worker)->NextStep();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    auto r = (*worker)->Report(**next, {1.5}, 0.01);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->duplicate());
+    if ((*next)->step() == 9) {
+      ASSERT_TRUE((*worker)->Commit(10, "/ckpt/step-10", 1).ok());
+    }
+    ++steps;
+    // A repeated report is acknowledged and not counted again.
+    if ((*next)->step() == 3) {
+      EXPECT_TRUE((*worker)->Report(**next, {1.5}, 0.01)->duplicate());
+    }
+  }
+  EXPECT_EQ(steps, 20);
+  StatusOr<proto::Job> job = Jobs(kAlice)->Get(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), proto::JOB_STATE_COMPLETED);
+  EXPECT_EQ(job->ledger().steps(), 20);
+  EXPECT_EQ(job->ledger().tokens(), 20 * 128);
+  EXPECT_EQ(job->committed_step(), 10);
+  EXPECT_EQ(job->spec().owner(), "alice");
+}
+
+TEST_F(GrpcServerTest, Auth_MissingWrongRoleAndOtherUsersJobs_AreRefused) {
+  const auto [id, token] = SubmitAndLaunch();
+  EXPECT_EQ(Jobs("")->Get(id).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Jobs("not-a-known-token-0123456789abcdef0123")->List(false).status().code(),
+            StatusCode::kUnauthenticated);
+  // A worker token may not use the job service.
+  EXPECT_EQ(Jobs(token)->Get(id).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Jobs(token)->Submit(Spec()).status().code(), StatusCode::kPermissionDenied);
+  // Bob may not see or cancel alice's job, and does not list it; the admin may.
+  EXPECT_EQ(Jobs(kBob)->Get(id).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Jobs(kBob)->Cancel(id, "").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Jobs(kBob)->List(true)->empty());
+  EXPECT_EQ(Jobs(kAdmin)->List(true)->size(), 1u);
+  // A user token may not use the worker service; a worker token only for its own job.
+  EXPECT_EQ(WorkerClient::Register(Options(kAlice), id, 0, 1).status().code(),
+            StatusCode::kPermissionDenied);
+  const auto [other, other_token] = SubmitAndLaunch("other");
+  EXPECT_EQ(WorkerClient::Register(Options(token), other, 0, 1).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(WorkerClient::Register(Options(other_token), other, 0, 1).ok());
+  // The owner cancels.
+  StatusOr<proto::Job> cancelled = Jobs(kAlice)->Cancel(id, "");
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), proto::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled->reason(), "cancelled by alice");
+}
+
+TEST_F(GrpcServerTest, MalformedRequests_AreInvalidArgumentNamingTheField) {
+  auto alice = Jobs(kAlice);
+  StatusOr<std::string> r = alice->Submit(Spec("bad name!"));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.name"), std::string::npos) << r.status().message();
+  proto::JobSpec spec = Spec();
+  spec.mutable_config()->mutable_parallel()->set_tp(3);
+  r = alice->Submit(spec);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.config.parallel.tp: 3 does not divide"),
+            std::string::npos)
+      << r.status().message();
+  spec = Spec();
+  spec.mutable_config()->mutable_schedule()->clear_phases();
+  spec.mutable_config()->mutable_schedule()->add_phases()->set_until(1.0);  // no mix
+  r = alice->Submit(spec);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.config.schedule.phases[0].mix"), std::string::npos)
+      << r.status().message();
+  spec = Spec();
+  spec.mutable_config()->mutable_budget()->set_kind(static_cast<proto::BudgetKind>(42));
+  EXPECT_NE(alice->Submit(spec).status().message().find("budget.kind: unknown enum value 42"),
+            std::string::npos);
+  EXPECT_EQ(alice->Get("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(alice->Get("job-999999").status().code(), StatusCode::kNotFound);
+
+  const auto [id, token] = SubmitAndLaunch();
+  auto channel = *MakeChannel(Options(token));
+  auto stub = proto::WorkerService::NewStub(channel);
+  grpc::ClientContext c1;
+  c1.AddMetadata("authorization", std::string("Bearer ") + token);
+  proto::LeaseBatchesRequest lease;
+  lease.set_job_id(id);
+  lease.set_incarnation(5);
+  lease.set_count(0);
+  proto::LeaseBatchesResponse lease_response;
+  grpc::Status s = stub->LeaseBatches(&c1, lease, &lease_response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("count"), std::string::npos) << s.error_message();
+  grpc::ClientContext c2;
+  c2.AddMetadata("authorization", std::string("Bearer ") + token);
+  proto::ReportStepRequest report;
+  report.set_job_id(id);
+  report.set_incarnation(5);
+  report.set_tokens(128);
+  report.set_passes(2);
+  report.add_losses(1.0);
+  proto::ReportStepResponse report_response;
+  s = stub->ReportStep(&c2, report, &report_response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("losses: 1 values for 2 passes"), std::string::npos);
+}
+
+TEST_F(GrpcServerTest, OversizedRequest_IsResourceExhausted) {
+  proto::JobSpec spec = Spec();
+  spec.set_name(std::string(5 << 20, 'a'));
+  EXPECT_EQ(Jobs(kAlice)->Submit(spec).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(GrpcServerTest, PlaintextClient_CannotTalkToTheTlsPort) {
+  ClientOptions o = Options(kAlice);
+  o.tls_ca_file.clear();
+  o.rpc_timeout_seconds = 2;
+  EXPECT_EQ((*JobClient::Connect(o))->List(true).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(GrpcServerTest, HealthCheck_AnswersServing) {
+  auto channel = *MakeChannel(Options(""));
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  grpc::Slice empty(std::string{});  // HealthCheckRequest{service: ""} encodes to no bytes
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status s = done.get_future().get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+}
+
+TEST_F(GrpcServerTest, Metrics_RenderEveryJob) {
+  const auto [id, token] = SubmitAndLaunch();
+  const std::string text = service_->RenderMetrics();
+  EXPECT_NE(text.find("fullband_job_budget_remaining{job=\"" + id + "\",owner=\"alice\"} 2560"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fullband_job_state{job=\"" + id + "\",state=\"LAUNCHING\"} 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fullband::coordinator
