@@ -246,24 +246,21 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
 LocalLauncher::~LocalLauncher() = default;
 
 StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
-  if (spec.command.empty() || spec.command[0].empty()) {
-    return InvalidArgumentError("launch job " + spec.job_id + ": the worker command is empty");
-  }
-  if (spec.processes < 1) {
-    return InvalidArgumentError("launch job " + spec.job_id + ": processes is " +
-                                std::to_string(spec.processes) + ", must be at least 1");
-  }
-  if (spec.attempt < 0) {
-    return InvalidArgumentError("launch job " + spec.job_id + ": attempt is negative");
-  }
-  if (spec.log_dir.empty()) {
-    return InvalidArgumentError("launch job " + spec.job_id + ": log_dir is empty");
-  }
   auto fail = [this](Status status) {
     std::lock_guard lock(mu_);
     ++failures_;
     return status;
   };
+  const std::string what = "launch job " + spec.job_id + ": ";
+  if (spec.command.empty() || spec.command[0].empty()) {
+    return fail(InvalidArgumentError(what + "the worker command is empty"));
+  }
+  if (spec.processes < 1) {
+    return fail(InvalidArgumentError(what + "processes is " + std::to_string(spec.processes) +
+                                     ", must be at least 1"));
+  }
+  if (spec.attempt < 0) return fail(InvalidArgumentError(what + "attempt is negative"));
+  if (spec.log_dir.empty()) return fail(InvalidArgumentError(what + "log_dir is empty"));
 
   // The environment: ours, then the spec's on top.
   std::map<std::string, std::string> env;
@@ -433,10 +430,24 @@ StatusOr<LaunchState> LocalLauncher::Wait(const std::string& handle,
                                           std::chrono::milliseconds timeout) {
   std::shared_ptr<Attempt> attempt = Find(handle);
   if (attempt == nullptr) return NotFoundError("launcher local: no attempt " + handle);
-  WaitExited(attempt->pid, attempt->pidfd, timeout);  // unlocked: Poll stays non-blocking
-  std::lock_guard lock(attempt->mu);
-  Finish(*attempt, /*block=*/false);
-  return attempt->state;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    {
+      std::lock_guard lock(attempt->mu);
+      Finish(*attempt, /*block=*/false);
+      if (attempt->done || Clock::now() >= deadline) return attempt->state;
+    }
+    // Unlocked, so that Poll stays non-blocking. The pidfd names this very process even once
+    // its pid has been reaped and reused; without one, look again every 10 ms.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (attempt->pidfd >= 0) {
+      pollfd p = {attempt->pidfd, POLLIN, 0};
+      poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    } else {
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+    }
+  }
 }
 
 Status LocalLauncher::Kill(const std::string& handle) {
