@@ -4,11 +4,10 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "common/logging.h"
+#include "coordinator/tls.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace fullband::coordinator {
@@ -65,13 +64,7 @@ StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
   if (o.tls_ca_file.empty()) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
-    std::ifstream in(o.tls_ca_file, std::ios::binary);
-    if (!in) return InvalidArgumentError("tls_ca_file: cannot read " + o.tls_ca_file);
-    std::ostringstream pem;
-    pem << in.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    credentials = grpc::SslCredentials(ssl);
+    FB_ASSIGN_OR_RETURN(credentials, MakeClientTlsCredentials(o.tls_ca_file));
     if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   }
   return grpc::CreateCustomChannel(o.address, credentials, args);

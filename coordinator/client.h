@@ -44,7 +44,7 @@ struct ClientOptions {
   static ClientOptions FromEnvironment();
 };
 
-// INVALID_ARGUMENT when the CA file cannot be read.
+// Errors of MakeClientTlsCredentials (tls.h) when the CA file is bad.
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
 
 class JobClient {

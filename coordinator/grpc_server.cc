@@ -6,14 +6,13 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "common/logging.h"
 #include "coordinator/proto_convert.h"
+#include "coordinator/tls.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace fullband::coordinator {
@@ -43,14 +42,6 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, RpcHandler
   }
   handler->AfterDurable([reactor](const Status& durable) { reactor->Finish(ToGrpc(durable)); });
   return reactor;
-}
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError("cannot read " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 class WatchReactor;
@@ -277,11 +268,8 @@ Status GrpcServer::Start() {
   if (m.options.tls_cert_file.empty()) {
     credentials = grpc::InsecureServerCredentials();
   } else {
-    FB_ASSIGN_OR_RETURN(std::string cert, ReadFile(m.options.tls_cert_file));
-    FB_ASSIGN_OR_RETURN(std::string key, ReadFile(m.options.tls_key_file));
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({key, cert});
-    credentials = grpc::SslServerCredentials(ssl);
+    FB_ASSIGN_OR_RETURN(credentials,
+                        MakeServerTlsCredentials(m.options.tls_cert_file, m.options.tls_key_file));
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

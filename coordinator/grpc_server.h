@@ -4,7 +4,7 @@
 // finishes once the store has made its writes durable (RpcHandler::AfterDurable), so no thread
 // blocks on the disk. WatchJob streams are fed by one poller thread. Standard gRPC health
 // checking and server reflection are registered.
-// Errors of Start: INVALID_ARGUMENT (unreadable TLS files), UNAVAILABLE (cannot bind).
+// Errors of Start: those of MakeServerTlsCredentials (tls.h), UNAVAILABLE (cannot bind).
 #pragma once
 
 #include <cstdint>

@@ -30,16 +30,9 @@ class GrpcServerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string d = dir_.string();
-    std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+    // The setup step users run: a local CA and a server certificate for localhost.
     const std::string cmd =
-        "cd " + d + " && openssl req -x509 " + ec +
-        "-keyout ca.key -out ca.pem -days 1 -subj /CN=fullband-test-ca 2>/dev/null && "
-        "openssl req " +
-        ec +
-        "-keyout server.key -out server.csr -subj /CN=localhost "
-        "2>/dev/null && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null";
+        std::string(FULLBAND_GEN_CERTS_SCRIPT) + " --dir " + d + "/tls --days 2 > /dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ofstream(d + "/tokens.yaml") << "version: 1\ntokens:\n"
                                       << "  - {token: " << kAdmin << ", role: admin, user: root}\n"
@@ -56,8 +49,8 @@ class GrpcServerTest : public ::testing::Test {
     config.listen = "127.0.0.1:0";
     config.store_dir =
         d + "/store-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    config.tls_cert = d + "/server.pem";
-    config.tls_key = d + "/server.key";
+    config.tls_cert = d + "/tls/server.crt";
+    config.tls_key = d + "/tls/server.key";
     config.tokens_file = d + "/tokens.yaml";
     config.tick_seconds = 0.02;
     auto service = CoordinatorService::Start(config, &launcher_, &clock_);
@@ -69,7 +62,7 @@ class GrpcServerTest : public ::testing::Test {
     ClientOptions o;
     o.address = "localhost:" + std::to_string(service_->port());
     o.token = token;
-    o.tls_ca_file = (dir_ / "ca.pem").string();
+    o.tls_ca_file = (dir_ / "tls" / "ca.crt").string();
     o.max_attempts = 1;
     o.rpc_timeout_seconds = 10;
     return o;
