@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <sstream>
 #include <utility>
@@ -69,6 +71,29 @@ inline uint64_t HashBytes(const unsigned char* p, size_t n) {
   }
   h = (h ^ (h >> 32)) * 0xD6E8FEB86659FD93ull;
   return h ^ (h >> 32);
+}
+
+// Whether p[0..n) == q[0..n), with overlapping word loads for the short strings tokens are.
+inline bool BytesEqual(const unsigned char* p, const unsigned char* q, size_t n) {
+  auto load64 = [](const unsigned char* x) {
+    uint64_t v;
+    std::memcpy(&v, x, 8);
+    return v;
+  };
+  auto load32 = [](const unsigned char* x) {
+    uint32_t v;
+    std::memcpy(&v, x, 4);
+    return v;
+  };
+  if (n >= 8) {
+    if (n > 16) return std::memcmp(p, q, n) == 0;
+    return load64(p) == load64(q) && load64(p + n - 8) == load64(q + n - 8);
+  }
+  if (n >= 4) return load32(p) == load32(q) && load32(p + n - 4) == load32(q + n - 4);
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != q[i]) return false;
+  }
+  return true;
 }
 
 // Standard base64 with '=' padding; false on any other character or a bad length.
@@ -361,6 +386,19 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
     t.Insert(p, b.size(), r);
     if (b.size() == 1) t.byte_rank_[p[0]] = r;
   }
+  // Every way a token splits into two tokens: the merges BPE can make.
+  size_t pair_slots = 1;
+  while (pair_slots < 2 * static_cast<size_t>(kNumRanks) * 2) pair_slots <<= 1;  // load < 0.5
+  t.pairs_.assign(pair_slots, kEmptyPair);
+  t.pair_shift_ = 64 - std::countr_zero(pair_slots);
+  for (uint32_t r = 0; r < kNumRanks; ++r) {
+    const std::string_view b = t.TokenBytes(r);
+    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+    for (size_t k = 1; k < b.size(); ++k) {
+      const uint32_t left = t.Rank(p, k), right = t.Rank(p + k, b.size() - k);
+      if (left != kNoRank && right != kNoRank) t.InsertPair(left, right, r);
+    }
+  }
   for (int b = 0; b < 256; ++b) {
     if (t.byte_rank_[b] == kNoRank) {
       return DataLossError("tokenizer ranks " + ranks_path + ": no token for the single byte " +
@@ -382,17 +420,31 @@ void Tokenizer::Insert(const unsigned char* p, size_t n, uint32_t rank) {
 }
 
 uint32_t Tokenizer::Rank(const unsigned char* p, size_t n) const {
-  if (n > max_token_len_) return kNoRank;
-  const uint64_t h = HashBytes(p, n);
+  return n > max_token_len_ ? kNoRank : RankHashed(p, n, HashBytes(p, n));
+}
+
+uint32_t Tokenizer::RankHashed(const unsigned char* p, size_t n, uint64_t h) const {
   const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
   for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
     const Slot& s = table_[i];
     if (s.tag == 0) return kNoRank;
     if (s.tag == tag) {
       const uint32_t begin = offsets_[s.rank];
-      if (offsets_[s.rank + 1] - begin == n && std::memcmp(bytes_.data() + begin, p, n) == 0) {
+      if (offsets_[s.rank + 1] - begin == n &&
+          BytesEqual(reinterpret_cast<const unsigned char*>(bytes_.data()) + begin, p, n)) {
         return s.rank;
       }
+    }
+  }
+}
+
+void Tokenizer::InsertPair(uint32_t left, uint32_t right, uint32_t merged) {
+  const uint64_t key = uint64_t{left} << kRankBits | right;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> pair_shift_;;
+       i = (i + 1) & (pairs_.size() - 1)) {
+    if (pairs_[i] == kEmptyPair) {
+      pairs_[i] = key << kRankBits | merged;
+      return;
     }
   }
 }
@@ -406,16 +458,11 @@ std::string_view Tokenizer::TokenBytes(uint32_t id) const {
 // concatenated bytes have the lowest rank (the leftmost such pair on a tie) until no adjacent
 // pair is a token.
 void Tokenizer::MergeSmall(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const {
-  uint32_t start[kSmallPiece + 1];  // part k is p[start[k] .. start[k + 1])
-  uint32_t tok[kSmallPiece];        // rank of part k
-  uint32_t pair[kSmallPiece];       // rank of parts k and k + 1 together, or kNoRank
+  uint32_t tok[kSmallPiece];   // rank of part k
+  uint32_t pair[kSmallPiece];  // rank of parts k and k + 1 merged, or kNoRank
   size_t m = n;
-  for (size_t i = 0; i < n; ++i) {
-    start[i] = static_cast<uint32_t>(i);
-    tok[i] = byte_rank_[p[i]];
-  }
-  start[n] = static_cast<uint32_t>(n);
-  for (size_t i = 0; i + 1 < n; ++i) pair[i] = Rank(p + i, 2);
+  for (size_t i = 0; i < n; ++i) tok[i] = byte_rank_[p[i]];
+  for (size_t i = 0; i + 1 < n; ++i) pair[i] = PairRank(tok[i], tok[i + 1]);
   while (m > 1) {
     size_t best = 0;
     for (size_t i = 1; i + 1 < m; ++i) {
@@ -424,12 +471,11 @@ void Tokenizer::MergeSmall(const unsigned char* p, size_t n, std::vector<uint32_
     if (pair[best] == kNoRank) break;
     tok[best] = pair[best];
     // Remove part best + 1.
-    for (size_t i = best + 1; i < m; ++i) start[i] = start[i + 1];
     for (size_t i = best + 1; i + 1 < m; ++i) tok[i] = tok[i + 1];
     for (size_t i = best + 1; i + 2 < m; ++i) pair[i] = pair[i + 1];
     --m;
-    if (best + 1 < m) pair[best] = Rank(p + start[best], start[best + 2] - start[best]);
-    if (best > 0) pair[best - 1] = Rank(p + start[best - 1], start[best + 1] - start[best - 1]);
+    if (best + 1 < m) pair[best] = PairRank(tok[best], tok[best + 1]);
+    if (best > 0) pair[best - 1] = PairRank(tok[best - 1], tok[best]);
   }
   out->insert(out->end(), tok, tok + m);
 }
@@ -448,8 +494,7 @@ void Tokenizer::MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_
     tok[i] = byte_rank_[p[i]];
   }
   auto update = [&](uint32_t i) {  // recompute the pair rank of part i with its successor
-    const uint32_t j = next[i];
-    pair[i] = j < n ? Rank(p + i, next[j] - i) : kNoRank;
+    pair[i] = next[i] < n ? PairRank(tok[i], tok[next[i]]) : kNoRank;
     if (pair[i] != kNoRank) heap.emplace(pair[i], i);
   };
   for (uint32_t i = 0; i + 1 < n; ++i) update(i);
@@ -468,27 +513,74 @@ void Tokenizer::MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_
   for (uint32_t i = 0; i < n; i = next[i]) out->push_back(tok[i]);
 }
 
-void Tokenizer::EncodePiece(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const {
+// Note [Piece cache]
+// Real text repeats the pieces that need merging (identifiers, rare words), and the merge's
+// lookups miss the cache. Each Encode call keeps a small direct-mapped cache from short
+// pieces to their ids, allocated on the first merge; it is private to the call, so the
+// Tokenizer stays immutable and thread-safe.
+struct Tokenizer::PieceCache {
+  static constexpr size_t kEntries = 2048;
+  static constexpr size_t kMaxBytes = 26;
+  static constexpr size_t kMaxIds = 8;
+  struct Entry {
+    uint32_t tag = 0;  // high hash bits | 1; 0 when empty
+    uint8_t len = 0;
+    uint8_t count = 0;
+    unsigned char bytes[kMaxBytes];
+    uint32_t ids[kMaxIds];
+  };
+  std::unique_ptr<Entry[]> entries;
+};
+
+void Tokenizer::EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
+                            std::vector<uint32_t>* out) const {
   if (n == 1) {
     out->push_back(byte_rank_[p[0]]);
     return;
   }
-  const uint32_t whole = Rank(p, n);
-  if (whole != kNoRank) {
-    out->push_back(whole);
-  } else if (n <= kSmallPiece) {
-    MergeSmall(p, n, out);
-  } else {
+  const uint64_t h = HashBytes(p, n);
+  if (n <= max_token_len_) {
+    const uint32_t whole = RankHashed(p, n, h);
+    if (whole != kNoRank) {
+      out->push_back(whole);
+      return;
+    }
+  }
+  if (n > kSmallPiece) {
     MergeLarge(p, n, out);
+    return;
+  }
+  if (n > PieceCache::kMaxBytes) {
+    MergeSmall(p, n, out);
+    return;
+  }
+  if (cache->entries == nullptr)
+    cache->entries = std::make_unique<PieceCache::Entry[]>(PieceCache::kEntries);
+  PieceCache::Entry& e = cache->entries[(h >> 20) & (PieceCache::kEntries - 1)];
+  const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
+  if (e.tag == tag && e.len == n && BytesEqual(e.bytes, p, n)) {
+    out->insert(out->end(), e.ids, e.ids + e.count);
+    return;
+  }
+  const size_t before = out->size();
+  MergeSmall(p, n, out);
+  const size_t count = out->size() - before;
+  if (count <= PieceCache::kMaxIds) {
+    e.tag = tag;
+    e.len = static_cast<uint8_t>(n);
+    e.count = static_cast<uint8_t>(count);
+    std::memcpy(e.bytes, p, n);
+    std::copy(out->begin() + before, out->end(), e.ids);
   }
 }
 
-void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out) const {
+void Tokenizer::EncodeOrdinary(std::string_view text, PieceCache* cache,
+                               std::vector<uint32_t>* out) const {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const Splitter splitter(s, text.size());
   for (size_t i = 0; i < text.size();) {
     const size_t end = splitter.NextEnd(i);
-    EncodePiece(s + i, end - i, out);
+    EncodePiece(s + i, end - i, cache, out);
     i = end;
   }
 }
@@ -503,8 +595,9 @@ void Tokenizer::Encode(std::string_view text, bool allow_special, std::vector<ui
     if (stats != nullptr) stats->replaced += replaced;
     text = replaced_text;
   }
+  PieceCache cache;
   if (!allow_special) {
-    EncodeOrdinary(text, out);
+    EncodeOrdinary(text, &cache, out);
     return;
   }
   // Each special token's text becomes its id; the text between them is encoded on its own (as
@@ -520,11 +613,11 @@ void Tokenizer::Encode(std::string_view text, bool allow_special, std::vector<ui
       from = open + 1;
       continue;
     }
-    EncodeOrdinary(text.substr(done, open - done), out);
+    EncodeOrdinary(text.substr(done, open - done), &cache, out);
     out->push_back(it->second);
     done = from = close + 2;
   }
-  EncodeOrdinary(text.substr(done), out);
+  EncodeOrdinary(text.substr(done), &cache, out);
 }
 
 StatusOr<std::string> Tokenizer::Decode(std::span<const uint32_t> ids) const {

@@ -61,18 +61,38 @@ class Tokenizer {
   Tokenizer() = default;
   // The rank of bytes p[0..n), or kNoRank.
   uint32_t Rank(const unsigned char* p, size_t n) const;
+  uint32_t RankHashed(const unsigned char* p, size_t n, uint64_t hash) const;
   void Insert(const unsigned char* p, size_t n, uint32_t rank);
+  // The rank of the token whose bytes are those of `left` then `right`, or kNoRank.
+  uint32_t PairRank(uint32_t left, uint32_t right) const {
+    const uint64_t key = uint64_t{left} << kRankBits | right;
+    for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> pair_shift_;;
+         i = (i + 1) & (pairs_.size() - 1)) {
+      const uint64_t e = pairs_[i];
+      if (e == kEmptyPair) return kNoRank;
+      if (e >> kRankBits == key) return static_cast<uint32_t>(e & ((1u << kRankBits) - 1));
+    }
+  }
+  void InsertPair(uint32_t left, uint32_t right, uint32_t merged);
+  struct PieceCache;  // Note [Piece cache]
   // Appends the ids of one piece of the split (valid UTF-8 bytes).
-  void EncodePiece(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
+  void EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
+                   std::vector<uint32_t>* out) const;
   void MergeSmall(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
   void MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_t>* out) const;
-  void EncodeOrdinary(std::string_view valid_utf8, std::vector<uint32_t>* out) const;
+  void EncodeOrdinary(std::string_view valid_utf8, PieceCache* cache,
+                      std::vector<uint32_t>* out) const;
 
   static constexpr uint32_t kNoRank = UINT32_MAX;
+  static constexpr int kRankBits = 17;  // ranks < 2^17; a pair entry is left|right|merged
+  static_assert(kNumRanks <= (1u << kRankBits));
+  static constexpr uint64_t kEmptyPair = UINT64_MAX;
   std::string bytes_;              // every token's bytes, id after id
   std::vector<uint32_t> offsets_;  // token id -> start in bytes_; kVocabSize + 1 entries
   std::vector<Slot> table_;        // power-of-two size, linear probing
   uint32_t table_mask_ = 0;
+  std::vector<uint64_t> pairs_;  // open addressing (linear probing), Fibonacci hashing
+  int pair_shift_ = 64;
   uint32_t byte_rank_[256] = {};
   size_t max_token_len_ = 0;
   std::unordered_map<std::string, uint32_t> specials_;  // text -> id, all 96
