@@ -171,7 +171,7 @@ int RunData(const std::vector<std::string>& args) {
   const dataloader::StoreMetadata& m = (*store)->metadata();
   if (verb == "info") {
     if (json) {
-      nlohmann::json j = nlohmann::json::parse(m.ToJson());
+      nlohmann::json j = nlohmann::json::parse(m.ToJson(/*with_sources=*/true));
       j["disk_bytes"] = (*store)->disk_bytes();
       j["unfinished_ingest"] = (*store)->unfinished_ingest();
       j["tail"] = m.tail.size();  // the count, not the ids

@@ -13,6 +13,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <unordered_set>
 
 #include "dataloader/token_store.h"
 
@@ -361,10 +362,32 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     progress(live);
   };
 
+  // Sources are committed in groups (Note [Ingest commit]): every kCommitBytes of input or
+  // kCommitSeconds, and at the end. A failing source is rolled back alone; the sources before
+  // it are committed before the error is returned.
+  constexpr uint64_t kCommitBytes = 64 << 20;
+  constexpr double kCommitSeconds = 10;
+  std::vector<uint32_t> pending = writer->metadata().tail;  // ids of the unfinished record
+  std::vector<StoreSource> uncommitted;
+  std::unordered_set<std::string> added;  // hashes of this run's sources
+  uint64_t uncommitted_bytes = 0;
+  Clock::time_point last_commit = start;
+  auto commit = [&]() -> Status {
+    if (uncommitted.empty()) return OkStatus();
+    FB_RETURN_IF_ERROR(writer->Commit(pending, uncommitted));
+    uncommitted.clear();
+    uncommitted_bytes = 0;
+    last_commit = Clock::now();
+    return OkStatus();
+  };
+  auto already_in = [&](const std::string& digest) {
+    return writer->HasSource(digest) || added.count(digest) > 0;
+  };
+
   for (const Input& input : inputs) {
     if (!input.is_stdin) {
       FB_ASSIGN_OR_RETURN(std::string digest, HashFile(input));
-      if (writer->HasSource(digest)) {
+      if (already_in(digest)) {
         ++result.sources_skipped;
         result.skipped.push_back(input.name);
         continue;
@@ -373,7 +396,8 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
     StoreSource stats;
     stats.name = input.name;
-    std::vector<uint32_t> pending = writer->metadata().tail;  // continues the last record
+    const int64_t mark = writer->appended();
+    const std::vector<uint32_t> pending_at_start = pending;
     std::deque<std::future<Encoded>> inflight;
     auto pack = [&](Encoded e) -> Status {
       stats.tokens += static_cast<int64_t>(e.tokens.size());
@@ -387,6 +411,12 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
         pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(full));
       }
       return OkStatus();
+    };
+    auto undo = [&]() -> Status {  // forget this source
+      pending = pending_at_start;
+      live.documents -= stats.documents;
+      live.tokens -= stats.tokens;
+      return writer->RollbackTo(mark);
     };
     DocumentReader reader(input, options, &src);
     // Two chunks in flight: one being tokenized while the one before is packed and written and
@@ -413,26 +443,33 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       if (read.ok()) read = pack(std::move(e));
     }
     if (!read.ok()) {
-      writer->Rollback().IgnoreError();
+      FB_RETURN_IF_ERROR(undo());
+      FB_RETURN_IF_ERROR(commit());
+      writer->Close().IgnoreError();
       return read;
     }
     stats.bytes = src.bytes();
     stats.xxh64 = src.digest();
-    if (writer->HasSource(stats.xxh64)) {  // stdin whose bytes were ingested before
-      FB_RETURN_IF_ERROR(writer->Rollback());
-      live.documents -= stats.documents;
-      live.tokens -= stats.tokens;
+    if (already_in(stats.xxh64)) {  // stdin whose bytes were ingested before
+      FB_RETURN_IF_ERROR(undo());
       ++result.sources_skipped;
       result.skipped.push_back(input.name);
       continue;
     }
-    FB_RETURN_IF_ERROR(writer->Commit(std::move(pending), {stats}));
+    uncommitted.push_back(stats);
+    added.insert(stats.xxh64);
+    uncommitted_bytes += stats.bytes;
     ++result.sources_added;
     result.totals.bytes += stats.bytes;
     result.totals.documents += stats.documents;
     result.totals.tokens += stats.tokens;
     result.replaced += stats.replaced;
+    if (uncommitted_bytes >= kCommitBytes ||
+        std::chrono::duration<double>(Clock::now() - last_commit).count() >= kCommitSeconds) {
+      FB_RETURN_IF_ERROR(commit());
+    }
   }
+  FB_RETURN_IF_ERROR(commit());
   FB_RETURN_IF_ERROR(writer->Close());
   result.totals.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   live = result.totals;

@@ -3,8 +3,9 @@
 //
 // Every document is followed by <|endoftext|>; documents flow across record boundaries and the
 // leftover tokens (the tail) stay in the store's metadata, where the next ingest continues them.
-// Each input is one source, committed atomically when it is done (Note [Ingest commit]); an
-// input whose bytes are already in the store is skipped, so re-running an ingest adds nothing.
+// Each input is one source; sources are committed atomically in groups (Note [Ingest commit]),
+// and an input whose bytes are already in the store is skipped, so re-running an ingest adds
+// nothing.
 // Tokenization runs on all cores; the records are the same for any thread count.
 #pragma once
 

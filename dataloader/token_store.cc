@@ -95,7 +95,24 @@ using json = nlohmann::json;
 
 // --- metadata --------------------------------------------------------------------------------
 
-std::string StoreMetadata::ToJson() const {
+namespace {
+
+json SourceJson(const StoreSource& s) {
+  return {{"name", s.name},           {"bytes", s.bytes},   {"xxh64", s.xxh64},
+          {"documents", s.documents}, {"tokens", s.tokens}, {"replaced", s.replaced}};
+}
+
+// "source/" + the source's index, zero-padded so that keys sort by index.
+std::string SourceKey(size_t index) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "source/%012zu", index);
+  return buf;
+}
+constexpr std::string_view kSourcePrefix = "source/";
+
+}  // namespace
+
+std::string StoreMetadata::ToJson(bool with_sources) const {
   json j;
   j["magic"] = kMagic;
   j["version"] = kVersion;
@@ -105,21 +122,35 @@ std::string StoreMetadata::ToJson() const {
   j["num_sequences"] = num_sequences;
   j["num_documents"] = num_documents;
   j["num_tokens"] = num_tokens;
+  j["num_sources"] = sources.size();
   j["tail"] = tail;
-  json srcs = json::array();
-  for (const StoreSource& s : sources) {
-    srcs.push_back({{"name", s.name},
-                    {"bytes", s.bytes},
-                    {"xxh64", s.xxh64},
-                    {"documents", s.documents},
-                    {"tokens", s.tokens},
-                    {"replaced", s.replaced}});
+  if (with_sources) {
+    json srcs = json::array();
+    for (const StoreSource& src : sources) srcs.push_back(SourceJson(src));
+    j["sources"] = std::move(srcs);
   }
-  j["sources"] = std::move(srcs);
   return j.dump(1);
 }
 
-StatusOr<StoreMetadata> StoreMetadata::FromJson(std::string_view text, const std::string& where) {
+std::string StoreMetadata::SourceToJson(const StoreSource& source) {
+  return SourceJson(source).dump();
+}
+
+StatusOr<StoreSource> StoreMetadata::SourceFromJson(std::string_view text,
+                                                    const std::string& where) {
+  json s = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (s.is_discarded()) return DataLossError(where + ": not JSON");
+  try {
+    return StoreSource{s.at("name").get<std::string>(),  s.at("bytes").get<uint64_t>(),
+                       s.at("xxh64").get<std::string>(), s.at("documents").get<int64_t>(),
+                       s.at("tokens").get<int64_t>(),    s.at("replaced").get<int64_t>()};
+  } catch (const json::exception& e) {
+    return DataLossError(where + ": " + e.what());
+  }
+}
+
+StatusOr<StoreMetadata> StoreMetadata::FromJson(std::string_view text, const std::string& where,
+                                                int64_t* num_sources) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return DataLossError(where + ": the metadata record is not JSON");
@@ -141,17 +172,11 @@ StatusOr<StoreMetadata> StoreMetadata::FromJson(std::string_view text, const std
     m.num_sequences = j.at("num_sequences").get<int64_t>();
     m.num_documents = j.at("num_documents").get<int64_t>();
     m.num_tokens = j.at("num_tokens").get<int64_t>();
+    *num_sources = j.at("num_sources").get<int64_t>();
     m.tail = j.at("tail").get<std::vector<uint32_t>>();
-    for (const json& s : j.at("sources")) {
-      m.sources.push_back(
-          StoreSource{s.at("name").get<std::string>(), s.at("bytes").get<uint64_t>(),
-                      s.at("xxh64").get<std::string>(), s.at("documents").get<int64_t>(),
-                      s.at("tokens").get<int64_t>(), s.at("replaced").get<int64_t>()});
-    }
   } catch (const json::exception& e) {
     return DataLossError(where + ": metadata record: " + e.what());
   }
-  FB_RETURN_IF_ERROR(m.CheckConsistent(where));
   return m;
 }
 
@@ -188,6 +213,45 @@ Status StoreMetadata::CheckConsistent(const std::string& where) const {
   }
   return OkStatus();
 }
+
+namespace {
+
+// Reads the metadata record and every source record from the meta family. NOT_FOUND when
+// there is no metadata record (a new store); DATA_LOSS when anything is malformed or the
+// counts disagree.
+StatusOr<StoreMetadata> LoadMetadata(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* meta,
+                                     const std::string& path) {
+  std::string text;
+  const rocksdb::Status got = db->Get(rocksdb::ReadOptions(), meta, kMetadataKey, &text);
+  if (got.IsNotFound()) return NotFoundError(path + ": the metadata record is missing");
+  FB_RETURN_IF_ERROR(FromRocks(got, path + ": metadata"));
+  int64_t num_sources = 0;
+  FB_ASSIGN_OR_RETURN(StoreMetadata m, StoreMetadata::FromJson(text, path, &num_sources));
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), meta));
+  for (it->Seek(std::string(kSourcePrefix)); it->Valid(); it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    if (key.substr(0, kSourcePrefix.size()) != kSourcePrefix) break;
+    if (key != SourceKey(m.sources.size())) {
+      return DataLossError(path + ": source record " + std::string(key) + " where " +
+                           SourceKey(m.sources.size()) + " was expected");
+    }
+    FB_ASSIGN_OR_RETURN(
+        StoreSource src,
+        StoreMetadata::SourceFromJson(it->value().ToStringView(), path + ": " + std::string(key)));
+    m.sources.push_back(std::move(src));
+  }
+  FB_RETURN_IF_ERROR(FromRocks(it->status(), path + ": reading source records"));
+  if (static_cast<int64_t>(m.sources.size()) < num_sources) {
+    return DataLossError(path + ": metadata names " + std::to_string(num_sources) +
+                         " sources, the store holds " + std::to_string(m.sources.size()) +
+                         " source records");
+  }
+  m.sources.resize(static_cast<size_t>(num_sources));  // later ones: an uncommitted ingest
+  FB_RETURN_IF_ERROR(m.CheckConsistent(path));
+  return m;
+}
+
+}  // namespace
 
 // --- in memory -------------------------------------------------------------------------------
 
@@ -247,12 +311,14 @@ StatusOr<std::unique_ptr<RocksDbTokenStore>> RocksDbTokenStore::Open(const std::
   db->DestroyColumnFamilyHandle(handles[0]).PermitUncheckedError();
   std::unique_ptr<RocksDbTokenStore> store(
       new RocksDbTokenStore(path, db, {handles[1], handles[2]}));
-  std::string text;
-  rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[2], kMetadataKey, &text);
-  if (got.IsNotFound()) return DataLossError(path + ": the metadata record is missing");
-  FB_RETURN_IF_ERROR(FromRocks(got, path + ": metadata"));
-  FB_ASSIGN_OR_RETURN(store->metadata_, StoreMetadata::FromJson(text, path));
-  got = db->Get(rocksdb::ReadOptions(), handles[2], kIngestKey, &store->unfinished_ingest_);
+  StatusOr<StoreMetadata> m = LoadMetadata(db, handles[2], path);
+  if (!m.ok()) {
+    if (m.status().code() == StatusCode::kNotFound) return DataLossError(m.status().message());
+    return m.status();
+  }
+  store->metadata_ = std::move(*m);
+  const rocksdb::Status got =
+      db->Get(rocksdb::ReadOptions(), handles[2], kIngestKey, &store->unfinished_ingest_);
   if (!got.ok() && !got.IsNotFound()) return FromRocks(got, path + ": ingest mark");
   return store;
 }
@@ -389,16 +455,15 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
   db->DestroyColumnFamilyHandle(handles[0]).PermitUncheckedError();
   std::unique_ptr<TokenStoreWriter> w(new TokenStoreWriter(path, db, {handles[1], handles[2]}));
 
-  std::string text;
-  const rocksdb::Status got = db->Get(rocksdb::ReadOptions(), handles[2], kMetadataKey, &text);
-  if (got.IsNotFound()) {
+  StatusOr<StoreMetadata> loaded = LoadMetadata(db, handles[2], path);
+  if (!loaded.ok() && loaded.status().code() == StatusCode::kNotFound) {
     w->metadata_.tokenizer = identity.tokenizer;
     w->metadata_.tokenizer_hash = identity.tokenizer_hash;
     w->metadata_.vocab_size = identity.vocab_size;
     w->metadata_.seq_len = identity.seq_len;
   } else {
-    FB_RETURN_IF_ERROR(FromRocks(got, path + ": metadata"));
-    FB_ASSIGN_OR_RETURN(w->metadata_, StoreMetadata::FromJson(text, path));
+    if (!loaded.ok()) return loaded.status();
+    w->metadata_ = std::move(*loaded);
     const StoreMetadata& m = w->metadata_;
     auto differs = [&](const char* what, const std::string& store, const std::string& asked) {
       return FailedPreconditionError(path + ": the store was written with " + what + " " + store +
@@ -422,7 +487,9 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
                                                  std::string(8, '\xff') + '\xff'),
                                path));
   FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles[2], kIngestKey, description), path));
-  FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles[2], kMetadataKey, w->metadata_.ToJson()), path));
+  FB_RETURN_IF_ERROR(
+      FromRocks(batch.Put(handles[2], kMetadataKey, w->metadata_.ToJson(false)), path));
+  for (const StoreSource& src : w->metadata_.sources) w->hashes_.insert(src.xxh64);
   rocksdb::WriteOptions sync;
   sync.sync = true;
   FB_RETURN_IF_ERROR(FromRocks(db->Write(sync, &batch), path + ": marking the ingest"));
@@ -430,8 +497,7 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
 }
 
 bool TokenStoreWriter::HasSource(const std::string& xxh64) const {
-  return std::any_of(metadata_.sources.begin(), metadata_.sources.end(),
-                     [&](const StoreSource& s) { return s.xxh64 == xxh64; });
+  return hashes_.count(xxh64) > 0;
 }
 
 Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
@@ -460,21 +526,29 @@ Status TokenStoreWriter::Commit(std::vector<uint32_t> tail,
   next.num_tokens =
       next.num_sequences * (next.seq_len + 1) + static_cast<int64_t>(next.tail.size());
   FB_RETURN_IF_ERROR(next.CheckConsistent(path_ + " (commit)"));
+  // The new source records and the metadata that counts them, in one synced write.
+  rocksdb::WriteBatch batch;
+  for (size_t i = metadata_.sources.size(); i < next.sources.size(); ++i) {
+    FB_RETURN_IF_ERROR(FromRocks(
+        batch.Put(handles_[1], SourceKey(i), StoreMetadata::SourceToJson(next.sources[i])), path_));
+  }
+  FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles_[1], kMetadataKey, next.ToJson(false)), path_));
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  FB_RETURN_IF_ERROR(
-      FromRocks(db_->Put(sync, handles_[1], kMetadataKey, next.ToJson()), path_ + ": committing"));
+  FB_RETURN_IF_ERROR(FromRocks(db_->Write(sync, &batch), path_ + ": committing"));
+  for (const StoreSource& src : sources) hashes_.insert(src.xxh64);
   metadata_ = std::move(next);
   appended_ = 0;
   return OkStatus();
 }
 
-Status TokenStoreWriter::Rollback() {
-  if (appended_ == 0) return OkStatus();
+Status TokenStoreWriter::RollbackTo(int64_t mark) {
+  FB_CHECK(mark >= 0 && mark <= appended_) << "rollback mark " << mark << " of " << appended_;
+  if (appended_ == mark) return OkStatus();
   const rocksdb::Status s =
-      db_->DeleteRange(rocksdb::WriteOptions(), handles_[0], Key(metadata_.num_sequences),
+      db_->DeleteRange(rocksdb::WriteOptions(), handles_[0], Key(metadata_.num_sequences + mark),
                        Key(metadata_.num_sequences + appended_));
-  appended_ = 0;
+  appended_ = mark;
   return FromRocks(s, path_ + ": rolling back");
 }
 

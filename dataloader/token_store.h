@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -50,9 +51,15 @@ struct StoreMetadata {
   std::vector<uint32_t> tail;  // tokens after the last full record, continued by the next ingest
   std::vector<StoreSource> sources;
 
-  std::string ToJson() const;
+  // The metadata record (FORMAT.md): everything but the sources, which are records of their
+  // own; with_sources adds them as a list (for display).
+  std::string ToJson(bool with_sources) const;
+  // Parses a metadata record (sources left empty; *num_sources says how many it counts).
   // DATA_LOSS naming `where` when the text is not a valid metadata record of this version.
-  static StatusOr<StoreMetadata> FromJson(std::string_view json, const std::string& where);
+  static StatusOr<StoreMetadata> FromJson(std::string_view json, const std::string& where,
+                                          int64_t* num_sources);
+  static std::string SourceToJson(const StoreSource& source);
+  static StatusOr<StoreSource> SourceFromJson(std::string_view json, const std::string& where);
   // DATA_LOSS when the counts contradict each other.
   Status CheckConsistent(const std::string& where) const;
   bool operator==(const StoreMetadata&) const = default;
@@ -158,8 +165,11 @@ class TokenStoreWriter {
   // Makes everything appended so far, `tail`, and the new `sources` durable and visible in one
   // synced write. Documents and tokens are added to the counts.
   Status Commit(std::vector<uint32_t> tail, const std::vector<StoreSource>& sources);
-  // Drops everything appended since the last commit.
-  Status Rollback();
+  // Records appended since the last commit: a mark for RollbackTo.
+  int64_t appended() const { return appended_; }
+  // Drops the records appended after `mark` (0: everything since the last commit).
+  Status RollbackTo(int64_t mark);
+  Status Rollback() { return RollbackTo(0); }
   // Commits nothing more; clears the unfinished mark. Idempotent.
   Status Close();
 
@@ -170,8 +180,9 @@ class TokenStoreWriter {
   std::string path_;
   rocksdb::DB* db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  StoreMetadata metadata_;  // as committed
-  int64_t appended_ = 0;    // records written past metadata_.num_sequences, not committed
+  StoreMetadata metadata_;                  // as committed
+  std::unordered_set<std::string> hashes_;  // of metadata_.sources
+  int64_t appended_ = 0;  // records written past metadata_.num_sequences, not committed
   bool closed_ = false;
 };
 

@@ -180,6 +180,25 @@ TEST_F(IngestTest, BadJsonlLine_IsAnErrorNamingFileAndLine_EarlierSourcesStay) {
             std::string::npos);
 }
 
+TEST_F(IngestTest, ManyFiles_AreOneSourceEach_AndVerify) {
+  std::vector<uint32_t> expect;
+  for (int i = 0; i < 300; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "docs/f%03d.txt", i);
+    const std::string text = "file number " + std::to_string(i) + "\nends here.";
+    Write(name, text);
+    AppendDoc(text, &expect);
+  }
+  StatusOr<IngestResult> r = Ingest(Phi4(), Options({dir_ + "/docs"}, "s"), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sources_added, 300);
+  EXPECT_EQ(Stream(dir_ + "/s"), expect);
+  auto store = RocksDbTokenStore::Open(dir_ + "/s");
+  ASSERT_EQ((*store)->metadata().sources.size(), 300u);
+  EXPECT_EQ((*store)->metadata().sources[299].name, dir_ + "/docs/f299.txt");
+  EXPECT_EQ((*store)->Verify(nullptr)->bad_records, 0);
+}
+
 TEST_F(IngestTest, OtherTextField_IsRead) {
   const std::string f = Write("c.jsonl", "{\"content\": \"from another field\"}\n");
   IngestOptions o = Options({f}, "s");

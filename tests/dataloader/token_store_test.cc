@@ -241,6 +241,25 @@ TEST_F(TokenStoreTest, OtherSeqLenOrTokenizer_IsRefusedByTheWriter) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST_F(TokenStoreTest, MissingSourceRecord_IsDataLoss) {
+  WriteStore(2);
+  {
+    rocksdb::Options options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, options}, {"sequences", options}, {"meta", options}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, path_, families, &handles, &db).ok());
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[2], "source/000000000000").ok());
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    delete db;
+  }
+  const Status s = RocksDbTokenStore::Open(path_).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("metadata names 1 sources, the store holds 0"), std::string::npos)
+      << s.ToString();
+}
+
 TEST_F(TokenStoreTest, NoStore_IsNotFound) {
   EXPECT_EQ(RocksDbTokenStore::Open(dir_ + "/nothing").status().code(), StatusCode::kNotFound);
 }
@@ -256,20 +275,28 @@ TEST(StoreMetadata, Json_RoundTrips) {
   m.num_tokens = 12;
   m.num_documents = 3;
   m.sources = {{"a.txt", 10, "00ff", 3, 12, 1}};
-  StatusOr<StoreMetadata> back = StoreMetadata::FromJson(m.ToJson(), "x");
+  int64_t num_sources = 0;
+  StatusOr<StoreMetadata> back = StoreMetadata::FromJson(m.ToJson(false), "x", &num_sources);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(num_sources, 1);
+  EXPECT_TRUE(back->sources.empty());
+  StatusOr<StoreSource> src =
+      StoreMetadata::SourceFromJson(StoreMetadata::SourceToJson(m.sources[0]), "y");
+  ASSERT_TRUE(src.ok());
+  back->sources.push_back(*src);
   EXPECT_EQ(*back, m);
 }
 
 TEST(StoreMetadata, BadRecords_AreDataLossWithTheReason) {
-  EXPECT_NE(StoreMetadata::FromJson("{", "s").status().message().find("not JSON"),
+  int64_t n = 0;
+  EXPECT_NE(StoreMetadata::FromJson("{", "s", &n).status().message().find("not JSON"),
             std::string::npos);
-  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "other"})", "s")
+  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "other"})", "s", &n)
                 .status()
                 .message()
                 .find("not a fullband token store"),
             std::string::npos);
-  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "fullband-token-store", "version": 9})", "s")
+  EXPECT_NE(StoreMetadata::FromJson(R"({"magic": "fullband-token-store", "version": 9})", "s", &n)
                 .status()
                 .message()
                 .find("version 9"),
@@ -281,7 +308,7 @@ TEST(StoreMetadata, BadRecords_AreDataLossWithTheReason) {
   m.num_sequences = 1;
   m.num_tokens = 6;  // should be 5
   m.sources = {{"a", 1, "h", 1, 6, 0}};
-  const Status s = StoreMetadata::FromJson(m.ToJson(), "s").status();
+  const Status s = m.CheckConsistent("s");
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("num_tokens 6"), std::string::npos) << s.ToString();
 }
