@@ -14,5 +14,10 @@ int RunTrain(const std::vector<std::string>& args);
 int RunIngest(const std::vector<std::string>& args);
 int RunData(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);
+int RunCoordinator(const std::vector<std::string>& args);  // coordinator_commands.cc
+int RunSubmit(const std::vector<std::string>& args);
+int RunStatus(const std::vector<std::string>& args);
+int RunWatch(const std::vector<std::string>& args);
+int RunCancel(const std::vector<std::string>& args);
 
 }  // namespace fullband::cli

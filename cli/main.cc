@@ -29,6 +29,12 @@ const Command kCommands[] = {
      RunIngest},
     {"data", "inspect or check a token store: `fullband data info|verify STORE`", RunData},
     {"tokenize", "print the Phi-4 token ids of stdin or a file (--json, --decode)", RunTokenize},
+    {"coordinator", "run the coordinator: `fullband coordinator --config coordinator.yaml`",
+     RunCoordinator},
+    {"submit", "submit a job: `fullband submit JOB.yaml [--wait]` prints its id", RunSubmit},
+    {"status", "show jobs: `fullband status [JOB] [--all] [--json]`", RunStatus},
+    {"watch", "follow a job's budget, throughput and losses: `fullband watch JOB`", RunWatch},
+    {"cancel", "cancel a job: `fullband cancel JOB`", RunCancel},
 };
 
 void PrintHelp() {

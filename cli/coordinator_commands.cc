@@ -1,0 +1,300 @@
+// The coordinator's commands (DESIGN Appendix B): `fullband coordinator` runs the service;
+// submit, status, watch and cancel talk to it through coordinator/client.h. The address,
+// token and CA come from --address/--token/--tls-ca, else FULLBAND_COORDINATOR /
+// FULLBAND_TOKEN / FULLBAND_TLS_CA, else 127.0.0.1:7070 in plaintext without a token.
+// Exit codes: 0 success (watch/submit --wait: the job COMPLETED), 1 the work or the job
+// failed, 2 bad usage or input.
+#include <google/protobuf/util/json_util.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/config.h"
+#include "coordinator/client.h"
+#include "coordinator/service.h"
+#include "proto/config_convert.h"
+
+namespace fullband::cli {
+namespace {
+
+using coordinator::ClientOptions;
+using coordinator::JobClient;
+
+const std::set<std::string> kClientFlags = {"address", "token", "tls-ca"};
+
+std::set<std::string> With(std::set<std::string> flags) {
+  flags.insert(kClientFlags.begin(), kClientFlags.end());
+  return flags;
+}
+
+int Fail(const char* command, const Status& s) {
+  std::fprintf(stderr, "fullband %s: %s\n", command, s.ToString().c_str());
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+StatusOr<std::unique_ptr<JobClient>> Connect(const Flags& flags) {
+  ClientOptions o = ClientOptions::FromEnvironment();
+  if (const char* token = std::getenv("FULLBAND_TOKEN")) o.token = token;  // a user, not a worker
+  o.address = flags.Get("address", o.address);
+  o.token = flags.Get("token", o.token);
+  o.tls_ca_file = flags.Get("tls-ca", o.tls_ca_file);
+  o.max_attempts = 3;
+  return JobClient::Connect(o);
+}
+
+std::string StateName(proto::JobState s) {
+  std::string name = proto::JobState_Name(s);
+  return name.substr(std::string("JOB_STATE_").size());
+}
+
+std::string Human(double v) {
+  const char* units[] = {"", "k", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 6) {
+    v /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%s" : "%.2f%s", v, units[u]);
+  return buf;
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+std::string BudgetUnit(const proto::Job& job) {
+  switch (job.spec().config().budget().kind()) {
+    case proto::BUDGET_KIND_TOKEN_EQUIVALENTS:
+      return "token-equivalents";
+    case proto::BUDGET_KIND_FLOPS:
+      return "FLOPs";
+    default:
+      return "tokens";
+  }
+}
+
+// One line of progress: state, budget spent, throughput, ETA and the loss of every pass.
+std::string ProgressLine(const proto::Job& job, bool bar) {
+  const double fraction =
+      job.budget_amount() > 0 ? std::min(1.0, job.budget_spent() / job.budget_amount()) : 0;
+  std::string out = job.id() + " " + StateName(job.state());
+  if (bar) {
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(fraction * kWidth);
+    out += " [" + std::string(filled, '#') + std::string(kWidth - filled, '-') + "]";
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), " %5.1f%% %s/%s %s, step %lld/%lld", 100 * fraction,
+                Human(job.budget_spent()).c_str(), Human(job.budget_amount()).c_str(),
+                BudgetUnit(job).c_str(), static_cast<long long>(job.ledger().steps()),
+                static_cast<long long>(job.total_steps()));
+  out += buf;
+  const double tps = job.tokens_per_second();
+  if (tps > 0) {
+    const double tokens_left = static_cast<double>(job.total_steps() - job.ledger().steps()) *
+                               static_cast<double>(job.spec().config().data().batch_size() *
+                                                   job.spec().config().data().seq_len());
+    out += ", " + Human(tps) + " tok/s, ETA " + Duration(tokens_left / tps);
+  }
+  if (job.ledger().last_losses_size() > 0) {
+    out += ", loss";
+    for (double l : job.ledger().last_losses()) {
+      std::snprintf(buf, sizeof(buf), " %.4f", l);
+      out += buf;
+    }
+  }
+  if (job.restarts() > 0) out += ", restarts " + std::to_string(job.restarts());
+  if (!job.reason().empty() && job.state() != proto::JOB_STATE_RUNNING) {
+    out += " (" + job.reason() + ")";
+  }
+  return out;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, options).ok()) return "{}";
+  return out;
+}
+
+// Streams the job's events; a terminal prints its line and returns 0 for COMPLETED.
+int WatchJob(JobClient& client, const std::string& id) {
+  const bool tty = ::isatty(STDOUT_FILENO);
+  proto::Job last;
+  const Status s = client.Watch(id, [&](const proto::Job& job) {
+    last = job;
+    if (tty) {
+      std::printf("\r\033[K%s", ProgressLine(job, true).c_str());
+    } else {
+      std::printf("%s\n", ProgressLine(job, false).c_str());
+    }
+    std::fflush(stdout);
+    return true;
+  });
+  if (tty) std::printf("\n");
+  if (!s.ok()) return Fail("watch", s);
+  return last.state() == proto::JOB_STATE_COMPLETED ? 0 : 1;
+}
+
+}  // namespace
+
+int RunCoordinator(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, {"config"}, {"help"});
+  if (!flags.ok() || flags->Has("help") || !flags->Has("config")) {
+    std::printf(
+        "usage: fullband coordinator --config coordinator.yaml\n"
+        "  Runs the coordinator until SIGINT/SIGTERM (keys: coordinator/service.h).\n");
+    if (!flags.ok())
+      std::fprintf(stderr, "fullband coordinator: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  StatusOr<coordinator::ServiceConfig> config =
+      coordinator::LoadServiceConfig(*flags->Required("config"));
+  if (!config.ok()) return Fail("coordinator", config.status());
+  // Threads started below inherit the blocked signals; this thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  auto service = coordinator::CoordinatorService::Start(*config);
+  if (!service.ok()) return Fail("coordinator", service.status());
+  std::printf("fullband coordinator: serving on port %d\n", (*service)->port());
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::fprintf(stderr, "fullband coordinator: signal %d, stopping\n", signal);
+  (*service)->Stop();
+  return 0;
+}
+
+int RunSubmit(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({"name"}), {"wait", "help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
+    std::printf(
+        "usage: fullband submit JOB.yaml [--name NAME] [--wait] [--address A] [--token T] "
+        "[--tls-ca CA]\n"
+        "  Validates and submits the job; prints its id. --wait follows it to the end.\n");
+    if (!flags.ok())
+      std::fprintf(stderr, "fullband submit: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  const std::string path = flags->positional()[0];
+  StatusOr<Config> config = LoadConfigFile(path);
+  if (!config.ok()) return Fail("submit", config.status());
+  proto::JobSpec spec;
+  spec.set_name(flags->Get("name", std::filesystem::path(path).stem().string()));
+  *spec.mutable_config() = ToProto(*config);
+  auto client = Connect(*flags);
+  if (!client.ok()) return Fail("submit", client.status());
+  StatusOr<std::string> id = (*client)->Submit(spec);
+  if (!id.ok()) return Fail("submit", id.status());
+  std::printf("%s\n", id->c_str());
+  std::fflush(stdout);
+  return flags->Has("wait") ? WatchJob(**client, *id) : 0;
+}
+
+int RunStatus(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"json", "all", "help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() > 1) {
+    std::printf(
+        "usage: fullband status [JOB] [--all] [--json]\n"
+        "  One job in full, or every unfinished job (--all: finished ones too), one a line.\n");
+    if (!flags.ok())
+      std::fprintf(stderr, "fullband status: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  auto client = Connect(*flags);
+  if (!client.ok()) return Fail("status", client.status());
+  const bool json = flags->Has("json");
+  if (flags->positional().size() == 1) {
+    StatusOr<proto::Job> job = (*client)->Get(flags->positional()[0]);
+    if (!job.ok()) return Fail("status", job.status());
+    if (json) {
+      std::printf("%s\n", ToJson(*job).c_str());
+    } else {
+      const proto::Ledger& l = job->ledger();
+      std::printf("%s\n", ProgressLine(*job, false).c_str());
+      std::printf("  name %s, owner %s, attempt %lld, committed step %lld %s\n",
+                  job->spec().name().c_str(), job->spec().owner().c_str(),
+                  static_cast<long long>(job->attempt()),
+                  static_cast<long long>(job->committed_step()), job->checkpoint_path().c_str());
+      std::printf("  tokens %s, token-equivalents %s, FLOPs %s, wall %s\n",
+                  Human(static_cast<double>(l.tokens())).c_str(),
+                  Human(static_cast<double>(l.token_equivalents())).c_str(),
+                  Human(l.flops()).c_str(), Duration(l.wall_seconds()).c_str());
+      std::printf("  passes:");
+      for (const auto& [k, n] : l.pass_histogram()) {
+        std::printf(" %lld×%lld", static_cast<long long>(n), static_cast<long long>(k));
+      }
+      std::printf("\n  wasted by restarts: %lld steps, %s tokens, %s FLOPs\n",
+                  static_cast<long long>(l.wasted_steps()),
+                  Human(static_cast<double>(l.wasted_tokens())).c_str(),
+                  Human(l.wasted_flops()).c_str());
+    }
+    return 0;
+  }
+  StatusOr<std::vector<proto::Job>> jobs = (*client)->List(flags->Has("all"));
+  if (!jobs.ok()) return Fail("status", jobs.status());
+  if (json) {
+    proto::ListJobsResponse list;
+    for (const proto::Job& j : *jobs) *list.add_jobs() = j;
+    std::printf("%s\n", ToJson(list).c_str());
+  } else {
+    if (jobs->empty()) std::printf("no jobs\n");
+    for (const proto::Job& j : *jobs) std::printf("%s\n", ProgressLine(j, false).c_str());
+  }
+  return 0;
+}
+
+int RunWatch(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
+    std::printf(
+        "usage: fullband watch JOB\n"
+        "  Follows the job: a progress bar of the budget on a terminal, one line per change\n"
+        "  otherwise. Exits 0 when the job completes, 1 when it fails or is cancelled.\n");
+    if (!flags.ok()) std::fprintf(stderr, "fullband watch: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  auto client = Connect(*flags);
+  if (!client.ok()) return Fail("watch", client.status());
+  return WatchJob(**client, flags->positional()[0]);
+}
+
+int RunCancel(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({"reason"}), {"help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
+    std::printf("usage: fullband cancel JOB [--reason TEXT]\n");
+    if (!flags.ok())
+      std::fprintf(stderr, "fullband cancel: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  auto client = Connect(*flags);
+  if (!client.ok()) return Fail("cancel", client.status());
+  StatusOr<proto::Job> job = (*client)->Cancel(flags->positional()[0], flags->Get("reason", ""));
+  if (!job.ok()) return Fail("cancel", job.status());
+  std::printf("%s\n", ProgressLine(*job, false).c_str());
+  return 0;
+}
+
+}  // namespace fullband::cli

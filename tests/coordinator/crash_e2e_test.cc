@@ -1,0 +1,190 @@
+// Kill -9 of the real coordinator process during a stream of step reports: after a restart on
+// the same store every acknowledged report is still counted (a repeat is a duplicate), the
+// reports in flight at the crash are re-sent as a worker would, and the ledger then holds
+// each reported step exactly once.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "coordinator/client.h"
+#include "proto/config_convert.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "tests/coordinator/fakes.h"
+
+namespace fullband::coordinator {
+namespace {
+
+constexpr uint64_t kIncarnation = 42;
+constexpr int kThreads = 16;
+
+class CoordinatorProcess {
+ public:
+  CoordinatorProcess(const std::string& config_path) {
+    int out[2];
+    FB_CHECK(pipe(out) == 0);
+    pid_ = fork();
+    FB_CHECK(pid_ >= 0);
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      execl(FULLBAND_SERVE_COORDINATOR, FULLBAND_SERVE_COORDINATOR, config_path.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* in = fdopen(out[0], "r");
+    if (std::fscanf(in, "port %d", &port_) != 1) port_ = 0;
+    std::fclose(in);
+  }
+  ~CoordinatorProcess() {
+    if (pid_ > 0) Kill(SIGTERM);
+  }
+  void Kill(int signal) {
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST(CrashE2e, KillDashNine_LosesNoAcknowledgedReportAndCountsNoneTwice) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("fullband-crash-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string config_path = (dir / "coordinator.yaml").string();
+  std::ofstream(config_path) << "listen: 127.0.0.1:0\nstore_dir: " << (dir / "store").string()
+                             << "\njobs_dir: " << (dir / "jobs").string()
+                             << "\ntick_seconds: 0.05\ndirect_single_process: true\n"
+                             << "kill_grace_seconds: 1\n";
+  Config job_config = SmallTestConfig();
+  job_config.budget.amount = 128.0 * 1'000'000;
+  job_config.launcher.command = {"/bin/sleep", "600"};  // the test itself is the worker group
+
+  auto process = std::make_unique<CoordinatorProcess>(config_path);
+  ASSERT_GT(process->port(), 0);
+  ClientOptions o;
+  o.address = "127.0.0.1:" + std::to_string(process->port());
+  o.max_attempts = 1;
+  o.rpc_timeout_seconds = 10;
+  auto jobs = JobClient::Connect(o);
+  ASSERT_TRUE(jobs.ok());
+  proto::JobSpec spec;
+  spec.set_name("crash");
+  *spec.mutable_config() = ToProto(job_config);
+  StatusOr<std::string> id = (*jobs)->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_EQ(
+      (*jobs)
+          ->Watch(*id, [](const proto::Job& j) { return j.state() != proto::JOB_STATE_LAUNCHING; })
+          .code(),
+      StatusCode::kCancelled);
+  auto stub = proto::WorkerService::NewStub(*MakeChannel(o));
+  const auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(10); };
+  {
+    grpc::ClientContext c;
+    proto::RegisterWorkerGroupRequest req;
+    req.set_job_id(*id);
+    req.set_incarnation(kIncarnation);
+    req.set_world_size(1);
+    proto::RegisterWorkerGroupResponse resp;
+    ASSERT_TRUE(stub->RegisterWorkerGroup(&c, req, &resp).ok());
+  }
+  constexpr int64_t kSteps = 8192;
+  for (int64_t from = 0; from < kSteps; from += 1024) {
+    grpc::ClientContext c;
+    c.set_deadline(deadline());
+    proto::LeaseBatchesRequest req;
+    req.set_job_id(*id);
+    req.set_incarnation(kIncarnation);
+    req.set_from_step(from);
+    req.set_count(1024);
+    proto::LeaseBatchesResponse resp;
+    ASSERT_TRUE(stub->LeaseBatches(&c, req, &resp).ok());
+  }
+  const auto report = [&](proto::WorkerService::Stub* s, int64_t step,
+                          proto::ReportStepResponse* resp) {
+    grpc::ClientContext c;
+    c.set_deadline(deadline());
+    proto::ReportStepRequest req;
+    req.set_job_id(*id);
+    req.set_incarnation(kIncarnation);
+    req.set_step(step);
+    req.set_tokens(128);
+    req.set_passes(1);
+    req.add_losses(2.0);
+    return s->ReportStep(&c, req, resp);
+  };
+
+  // A stream of reports from kThreads threads until the coordinator dies under them.
+  std::mutex mu;
+  std::set<int64_t> acked, unacked;
+  std::atomic<int64_t> ack_count{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t step = t; step < kSteps; step += kThreads) {
+        proto::ReportStepResponse resp;
+        const grpc::Status s = report(stub.get(), step, &resp);
+        std::lock_guard<std::mutex> lock(mu);
+        if (s.ok()) {
+          acked.insert(step);
+          ++ack_count;
+        } else {
+          unacked.insert(step);  // in flight when the coordinator died: to be re-sent
+          return;
+        }
+      }
+    });
+  }
+  while (ack_count.load() < 2000) std::this_thread::yield();
+  process->Kill(SIGKILL);
+  for (auto& th : threads) th.join();
+  ASSERT_GE(acked.size(), 2000u);
+  ASSERT_LT(acked.size(), static_cast<size_t>(kSteps)) << "the kill came after the stream";
+  std::printf("killed after %zu acknowledged reports, %zu in flight\n", acked.size(),
+              unacked.size());
+
+  process = std::make_unique<CoordinatorProcess>(config_path);
+  ASSERT_GT(process->port(), 0);
+  o.address = "127.0.0.1:" + std::to_string(process->port());
+  stub = proto::WorkerService::NewStub(*MakeChannel(o));
+  // Every acknowledged report survived: repeating it is a duplicate.
+  for (int64_t step : acked) {
+    proto::ReportStepResponse resp;
+    ASSERT_TRUE(report(stub.get(), step, &resp).ok()) << step;
+    ASSERT_TRUE(resp.duplicate()) << "acknowledged step " << step << " was lost";
+  }
+  // The worker re-sends what was not acknowledged; each is counted at most once.
+  for (int64_t step : unacked) {
+    proto::ReportStepResponse resp;
+    ASSERT_TRUE(report(stub.get(), step, &resp).ok()) << step;
+  }
+  auto jobs2 = JobClient::Connect(o);
+  StatusOr<proto::Job> job = (*jobs2)->Get(*id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->ledger().steps(), static_cast<int64_t>(acked.size() + unacked.size()));
+  EXPECT_EQ(job->ledger().tokens(), 128 * static_cast<int64_t>(acked.size() + unacked.size()));
+  EXPECT_EQ(job->state(), proto::JOB_STATE_RUNNING);
+  ASSERT_TRUE((*jobs2)->Cancel(*id, "test over").ok());  // also ends the sleep
+  process.reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fullband::coordinator
