@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "coordinator/metrics_http.h"
@@ -335,6 +337,37 @@ TEST(Auth, CheckWorkerService_AdminOrUser_IsPermissionDenied) {
             StatusCode::kPermissionDenied);
   EXPECT_EQ(CheckWorkerService({Role::kUser, "bob", ""}, "j").code(),
             StatusCode::kPermissionDenied);
+}
+
+TEST(Auth, Authenticate_WhileMintingRevokingAndReloading_StaysConsistent) {
+  Authenticator auth;
+  ASSERT_TRUE(auth.LoadTokensYaml(TokensYaml(), "t").ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        auto p = auth.Authenticate("Bearer " + kBobToken);
+        if (!p.ok() || p->user != "bob") ++wrong;
+        if (auth.Authenticate("Bearer " + std::string(64, '0')).ok()) ++wrong;
+      }
+    });
+  }
+  for (int i = 0; i < 200; ++i) {
+    const std::string job = "job-" + std::to_string(i % 7);
+    // No ASSERT here: the readers must be joined below whatever happens.
+    auto token = auth.MintWorkerToken(job);
+    auto p = token.ok() ? auth.Authenticate("Bearer " + *token) : token.status();
+    EXPECT_TRUE(p.ok() && p->job_id == job) << job;
+    if (i % 10 == 0) auth.RevokeWorkerTokens(job);
+    if (i % 50 == 0) {
+      EXPECT_TRUE(auth.LoadTokensYaml(TokensYaml(), "t").ok());
+    }
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(Auth, RenderMetrics_CountsResults) {
