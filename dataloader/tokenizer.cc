@@ -514,10 +514,10 @@ void Tokenizer::MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_
 }
 
 // Note [Piece cache]
-// Real text repeats the pieces that need merging (identifiers, rare words), and the merge's
-// lookups miss the cache. Each Encode call keeps a small direct-mapped cache from short
-// pieces to their ids, allocated on the first merge; it is private to the call, so the
-// Tokenizer stays immutable and thread-safe.
+// Real text repeats the pieces that need merging (identifiers, rare words), and each merge
+// step's table lookups miss the CPU caches. Each Encode call keeps a small direct-mapped cache
+// from short pieces to their ids, allocated once the call has merged a few pieces; it is
+// private to the call, so the Tokenizer stays immutable and thread-safe.
 struct Tokenizer::PieceCache {
   static constexpr size_t kEntries = 2048;
   static constexpr size_t kMaxBytes = 26;
@@ -530,6 +530,7 @@ struct Tokenizer::PieceCache {
     uint32_t ids[kMaxIds];
   };
   std::unique_ptr<Entry[]> entries;
+  int merges_before_use = 32;  // short texts never pay for the allocation
 };
 
 void Tokenizer::EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
@@ -554,8 +555,13 @@ void Tokenizer::EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
     MergeSmall(p, n, out);
     return;
   }
-  if (cache->entries == nullptr)
+  if (cache->entries == nullptr) {
+    if (--cache->merges_before_use > 0) {
+      MergeSmall(p, n, out);
+      return;
+    }
     cache->entries = std::make_unique<PieceCache::Entry[]>(PieceCache::kEntries);
+  }
   PieceCache::Entry& e = cache->entries[(h >> 20) & (PieceCache::kEntries - 1)];
   const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
   if (e.tag == tag && e.len == n && BytesEqual(e.bytes, p, n)) {

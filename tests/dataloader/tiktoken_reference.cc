@@ -88,7 +88,7 @@ StatusOr<std::vector<ReferenceIds>> TiktokenIds(const std::vector<ReferenceCase>
     ReferenceIds r;
     r.replaced = replaced;
     r.ids.resize(count);
-    std::memcpy(r.ids.data(), response.data() + off, 4ull * count);
+    if (count > 0) std::memcpy(r.ids.data(), response.data() + off, 4ull * count);
     off += 4ull * count;
     result.push_back(std::move(r));
   }
