@@ -1,6 +1,7 @@
 #include "dataloader/ingest.h"
 
 #include <fcntl.h>
+#include <simdjson.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -150,11 +151,18 @@ struct Chunk {
   struct Piece {
     size_t offset = 0, size = 0;
     bool ends_document = false;  // <|endoftext|> follows it
+    int64_t json_line = 0;       // > 0: a JSONL line (this number) holding one document
   };
   std::string text;
   std::vector<Piece> pieces;
   int64_t documents = 0;
 
+  // A JSONL line, parsed where it is tokenized (in parallel).
+  void AddJsonLine(std::string_view line, int64_t number) {
+    pieces.push_back(Piece{text.size(), line.size(), true, number});
+    text.append(line);
+    ++documents;
+  }
   void Add(std::string_view piece, bool ends_document) {
     pieces.push_back(Piece{text.size(), piece.size(), ends_document});
     text.append(piece);
@@ -176,8 +184,11 @@ struct Encoded {
 };
 
 // Tokenizes a chunk on `threads` threads, each taking a contiguous run of pieces of about equal
-// bytes; the concatenation is the chunk's ids in order.
-Encoded EncodeChunk(const Tokenizer& tok, const Chunk& chunk, int threads, bool allow_special) {
+// bytes; the concatenation is the chunk's ids in order. JSONL lines are parsed here too, so
+// that parsing runs in parallel as well; INVALID_ARGUMENT names `source`:line for a bad line.
+StatusOr<Encoded> EncodeChunk(const Tokenizer& tok, const Chunk& chunk,
+                              const IngestOptions& options, const std::string& source) {
+  const int threads = options.threads;
   const size_t n = chunk.pieces.size();
   std::vector<size_t> bounds = {0};
   const size_t share = chunk.text.size() / static_cast<size_t>(threads) + 1;
@@ -191,14 +202,34 @@ Encoded EncodeChunk(const Tokenizer& tok, const Chunk& chunk, int threads, bool 
   if (bounds.back() != n) bounds.push_back(n);
   const size_t parts = bounds.size() - 1;
   std::vector<Encoded> out(parts);
+  std::vector<Status> errors(parts);
   auto run = [&](size_t p) {
     Tokenizer::EncodeStats stats;
+    simdjson::dom::parser parser;  // one per thread: parsers are not thread-safe
     std::vector<uint32_t>& ids = out[p].tokens;
     ids.reserve((bounds[p + 1] > bounds[p] ? chunk.text.size() / parts : 0) / 3);
     for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
       const Chunk::Piece& piece = chunk.pieces[i];
-      tok.Encode(std::string_view(chunk.text).substr(piece.offset, piece.size), allow_special, &ids,
-                 &stats);
+      const std::string_view text = std::string_view(chunk.text).substr(piece.offset, piece.size);
+      if (piece.json_line > 0) {
+        auto fail = [&](const std::string& what) {
+          errors[p] =
+              InvalidArgumentError(source + ":" + std::to_string(piece.json_line) + ": " + what);
+        };
+        simdjson::dom::element doc;
+        simdjson::dom::object object;
+        std::string_view field;
+        if (const auto err = parser.parse(text.data(), text.size()).get(doc)) {
+          return fail(std::string("not a JSON value (") + simdjson::error_message(err) + ")");
+        }
+        if (doc.get_object().get(object)) return fail("not a JSON object");
+        if (object[options.text_field].get_string().get(field)) {
+          return fail("no string field \"" + options.text_field + "\"");
+        }
+        tok.Encode(field, options.allow_special, &ids, &stats);
+      } else {
+        tok.Encode(text, options.allow_special, &ids, &stats);
+      }
       if (piece.ends_document) ids.push_back(Tokenizer::kEndOfText);
     }
     out[p].replaced = stats.replaced;
@@ -207,6 +238,7 @@ Encoded EncodeChunk(const Tokenizer& tok, const Chunk& chunk, int threads, bool 
   for (size_t p = 1; p < parts; ++p) workers.emplace_back(run, p);
   if (parts > 0) run(0);
   for (auto& w : workers) w.join();
+  for (const Status& e : errors) FB_RETURN_IF_ERROR(e);  // the first bad line in input order
   Encoded all;
   size_t total = 0;
   for (const Encoded& e : out) total += e.tokens.size();
@@ -267,10 +299,10 @@ class DocumentReader {
     return 0;
   }
 
-  // Parses the complete lines of `buf` into documents; returns the bytes used.
+  // Takes the complete lines of `buf` as documents (parsed later, in parallel); returns the
+  // bytes used.
   StatusOr<size_t> TakeLines(std::string_view buf, bool at_end) {
     size_t at = 0;
-    const size_t target = 256 << 10;
     while (at < buf.size()) {
       size_t nl = buf.find('\n', at);
       if (nl == std::string_view::npos) {
@@ -281,15 +313,7 @@ class DocumentReader {
       std::string_view line = buf.substr(at, nl - at);
       at = std::min(nl + 1, buf.size());
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      const std::string where = input_.name + ":" + std::to_string(line_);
-      if (j.is_discarded()) return InvalidArgumentError(where + ": not a JSON value");
-      if (!j.is_object()) return InvalidArgumentError(where + ": not a JSON object");
-      const auto field = j.find(options_.text_field);
-      if (field == j.end() || !field->is_string()) {
-        return InvalidArgumentError(where + ": no string field \"" + options_.text_field + "\"");
-      }
-      chunk_.AddDocument(field->get_ref<const std::string&>(), target, true);
+      chunk_.AddJsonLine(line, line_);
     }
     return at;
   }
@@ -398,8 +422,10 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     stats.name = input.name;
     const int64_t mark = writer->appended();
     const std::vector<uint32_t> pending_at_start = pending;
-    std::deque<std::future<Encoded>> inflight;
-    auto pack = [&](Encoded e) -> Status {
+    std::deque<std::future<StatusOr<Encoded>>> inflight;
+    auto pack = [&](StatusOr<Encoded> encoded) -> Status {
+      FB_RETURN_IF_ERROR(encoded.status());
+      Encoded& e = *encoded;
       stats.tokens += static_cast<int64_t>(e.tokens.size());
       stats.replaced += e.replaced;
       live.tokens += static_cast<int64_t>(e.tokens.size());
@@ -425,11 +451,11 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       stats.documents += chunk.documents;
       live.documents += chunk.documents;
       auto shared = std::make_shared<Chunk>(std::move(chunk));
-      inflight.push_back(std::async(std::launch::async, [&tokenizer, shared, &options] {
-        return EncodeChunk(tokenizer, *shared, options.threads, options.allow_special);
+      inflight.push_back(std::async(std::launch::async, [&tokenizer, shared, &options, &input] {
+        return EncodeChunk(tokenizer, *shared, options, input.name);
       }));
       while (inflight.size() > 1) {
-        Encoded e = inflight.front().get();
+        StatusOr<Encoded> e = inflight.front().get();
         inflight.pop_front();
         FB_RETURN_IF_ERROR(pack(std::move(e)));
       }
@@ -438,7 +464,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       return OkStatus();
     });
     while (!inflight.empty()) {  // also after an error: no task may outlive its inputs
-      Encoded e = inflight.front().get();
+      StatusOr<Encoded> e = inflight.front().get();
       inflight.pop_front();
       if (read.ok()) read = pack(std::move(e));
     }

@@ -29,7 +29,7 @@ struct IngestOptions {
   std::string text_field = "text";  // the JSONL field holding a document's text
   int threads = 0;                  // tokenizer threads; 0 = every core
   bool allow_special = false;       // special-token text becomes special ids
-  int64_t chunk_bytes = 4 << 20;    // text tokenized per parallel round
+  int64_t chunk_bytes = 1 << 20;    // text tokenized per parallel round
 };
 
 struct IngestProgress {

@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   librocksdb-dev libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas0-pthread libdnnl-dev
-  libyaml-cpp-dev libxxhash-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+  libyaml-cpp-dev libxxhash-dev libsimdjson-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format python3 python3-numpy python3-yaml python3-torch
   prometheus  # promtool validates the /metrics exposition in tests
   libssl-dev linux-doc-6.1 nodejs  # tokenizer: SHA-256; parity/bench text; the tiktoken reference
