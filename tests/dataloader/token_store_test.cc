@@ -6,9 +6,11 @@
 #include <rocksdb/db.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <numeric>
+#include <random>
 
 namespace fullband::dataloader {
 namespace {
@@ -117,6 +119,33 @@ TEST_F(TokenStoreTest, TwoReaders_OpenOneStoreAtOnce_AlsoWhileAWriterAppends) {
   EXPECT_FALSE((*c)->unfinished_ingest().empty());  // the writer is still open
 }
 
+TEST_F(TokenStoreTest, ManyReaderProcesses_ReadOneStoreAtOnce) {
+  WriteStore(200);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 4; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto store = RocksDbTokenStore::Open(path_);
+      if (!store.ok()) _exit(10);
+      std::vector<uint32_t> out(8);
+      for (int pass = 0; pass < 20; ++pass) {
+        for (int64_t i = 0; i < 200; ++i) {
+          if (!(*store)->Read({&i, 1}, out.data()).ok()) _exit(11);
+          if (out != Records(i, 1)) _exit(12);
+        }
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "reader exit " << status;
+  }
+}
+
 TEST_F(TokenStoreTest, SecondWriter_IsRefused) {
   WriteStore(1);
   auto first = TokenStoreWriter::Open(path_, Ident(), "{}");
@@ -141,6 +170,36 @@ TEST_F(TokenStoreTest, CorruptRecord_IsDataLossNamingTheIndex) {
   EXPECT_EQ(report->bad_records, 1);
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_NE(report->problems[0].find("sequence 3"), std::string::npos);
+}
+
+TEST_F(TokenStoreTest, RandomDamage_IsAlwaysDataLoss_NeverTokens) {
+  WriteStore(30);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int64_t index = static_cast<int64_t>(rng() % 30);
+    const uint64_t what = rng();
+    Tamper(index, [&](std::string* v) {
+      if (what % 3 == 0) {
+        v->resize(rng() % v->size());  // truncated
+      } else {
+        (*v)[rng() % v->size()] ^= static_cast<char>(1 + rng() % 255);  // a flipped byte
+      }
+    });
+    auto store = RocksDbTokenStore::Open(path_);
+    ASSERT_TRUE(store.ok());
+    std::vector<uint32_t> out(8);
+    EXPECT_EQ((*store)->Read({&index, 1}, out.data()).code(), StatusCode::kDataLoss)
+        << "trial " << trial << " record " << index;
+    store->reset();
+    Tamper(index, [&](std::string* v) {  // repair it for the next trial
+      const std::vector<uint32_t> good = Records(index, 1);
+      v->assign(reinterpret_cast<const char*>(good.data()), good.size() * 4);
+      const uint64_t sum = XXH3_64bits_withSeed(v->data(), v->size(), static_cast<uint64_t>(index));
+      v->append(reinterpret_cast<const char*>(&sum), 8);
+    });
+  }
+  auto store = RocksDbTokenStore::Open(path_);
+  EXPECT_EQ((*store)->Verify(nullptr)->bad_records, 0);
 }
 
 TEST_F(TokenStoreTest, TruncatedRecord_IsDataLoss) {
