@@ -647,14 +647,10 @@ void Coordinator::Tick() {
     const double now = clock_->NowSeconds();
     for (auto& [id, job_ptr] : jobs_) {
       Job& job = *job_ptr;
-      bool launch = false;
-      if (job.state == JobState::kPending) {
-        launch = true;
-      } else if (job.state == JobState::kRestarting && now >= job.restart_at) {
-        job.attempt += 1;
-        launch = true;
-      } else if (job.state == JobState::kLaunching &&
-                 now - job.launched_at > options_.launch_timeout_seconds) {
+      // Deadlines first, so that a failed group is relaunched in this same tick when its
+      // back-off is zero: detection and relaunch take at most timeout + one tick.
+      if (job.state == JobState::kLaunching &&
+          now - job.launched_at > options_.launch_timeout_seconds) {
         auto more = Fail(job,
                          "worker group did not register within " +
                              std::to_string(options_.launch_timeout_seconds) + " s",
@@ -672,6 +668,13 @@ void Coordinator::Tick() {
                  !job.handle.empty()) {
         polls.push_back(
             {job.id, job.attempt, launchers_.at(job.spec.config.launcher.kind), job.handle});
+      }
+      bool launch = false;
+      if (job.state == JobState::kPending) {
+        launch = true;
+      } else if (job.state == JobState::kRestarting && now >= job.restart_at) {
+        job.attempt += 1;
+        launch = true;
       }
       if (launch) {
         const Config& c = job.spec.config;

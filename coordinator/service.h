@@ -11,7 +11,7 @@
 //   tokens_file: ""                  # bearer tokens (coordinator/auth.h); empty = auth off
 //   metrics_listen: ""               # host:port of /metrics; empty = off
 //   heartbeat_interval_seconds: 10 / heartbeat_timeout_seconds: 60
-//   launch_timeout_seconds: 600 / tick_seconds: 1
+//   launch_timeout_seconds: 600 / tick_seconds: 0.5
 //   mpirun: mpirun / direct_single_process: false / kill_grace_seconds: 10
 //
 // Errors are those of the parts' Start/Open, with the part named.
@@ -49,7 +49,7 @@ struct ServiceConfig {
   double heartbeat_interval_seconds = 10;
   double heartbeat_timeout_seconds = 60;
   double launch_timeout_seconds = 600;
-  double tick_seconds = 1;
+  double tick_seconds = 0.5;  // a missed deadline is acted on within one tick
   std::string mpirun = "mpirun";
   bool direct_single_process = false;
   double kill_grace_seconds = 10;

@@ -394,6 +394,18 @@ TEST_F(CoordinatorTest, Backoff_DoublesUpToItsCap) {
   }
 }
 
+TEST_F(CoordinatorTest, MissedHeartbeatWithoutBackoff_IsRelaunchedInTheSameTick) {
+  Config c = SmallConfig();
+  c.launcher.backoff_seconds = 0;
+  const std::string id = StartJob(c);
+  clock_.Advance(61);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  ASSERT_EQ(launcher_.launches().size(), 2u);
+  EXPECT_EQ(launcher_.launches()[1].attempt, 1);
+  EXPECT_EQ(launcher_.killed(), std::vector<std::string>{"h1"});
+}
+
 TEST_F(CoordinatorTest, WorkerGroupExit_IsAFailure) {
   const std::string id = StartJob();
   launcher_.SetExited("h1", 3);

@@ -257,6 +257,11 @@ TEST_F(GrpcServerTest, Metrics_RenderEveryJob) {
       << text;
   EXPECT_NE(text.find("fullband_job_state{job=\"" + id + "\",state=\"LAUNCHING\"} 1"),
             std::string::npos);
+  // The exposition is valid for Prometheus' own checker.
+  const std::string path = (dir_ / "metrics.txt").string();
+  std::ofstream(path) << text;
+  EXPECT_EQ(std::system(("promtool check metrics < " + path + " > /dev/null 2>&1").c_str()), 0)
+      << text;
 }
 
 }  // namespace
