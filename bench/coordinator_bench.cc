@@ -9,6 +9,7 @@
 //   failure: seconds from a worker group's last heartbeat to the relaunch, minus the timeout.
 // Usage: coordinator_bench [--seconds 10] [--in-flight 128] [--channels 4] [--groups 1000]
 //        [--heartbeat-interval 10] [--dir /tmp/...]
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -237,6 +238,37 @@ int Main(int argc, char** argv) {
     if (!stubs[0]->LeaseBatches(&c, req, &resp).ok()) return 1;
   }
 
+  // ---- Baseline in the same run: gRPC health checks (a trivial unary RPC of the same server,
+  // channels and TLS, without auth or a store) at the same concurrency.
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("fullband.bench_channel", c);
+    auto credentials = coordinator::MakeClientTlsCredentials(wo.tls_ca_file);
+    generic.push_back(std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(wo.address, *credentials, args)));
+  }
+  Latencies base_lat;
+  double cpu_base = CpuSeconds();
+  auto tb = Clock::now();
+  ClosedLoop(in_flight, seconds, base_lat, [&](int slot, auto done) {
+    struct Call {
+      grpc::ClientContext context;
+      grpc::Slice empty{std::string{}};
+      grpc::ByteBuffer req{&empty, 1};
+      grpc::ByteBuffer resp;
+    };
+    auto* call = new Call;
+    generic[slot % channels]->UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
+                                        grpc::StubOptions(), &call->req, &call->resp,
+                                        [call, done](grpc::Status s) {
+                                          delete call;
+                                          done(s);
+                                        });
+  });
+  const double base_seconds = std::chrono::duration<double>(Clock::now() - tb).count();
+  cpu_base = CpuSeconds() - cpu_base;
+
   // ---- ReportStep, durable before acknowledged.
   std::atomic<int64_t> next_step{0}, acked{0};
   Latencies report_lat;
@@ -398,6 +430,8 @@ int Main(int argc, char** argv) {
   std::printf(
       "{\"bench\": \"coordinator\", \"cpu\": \"%s\", \"cores\": %u, \"tls\": true, "
       "\"auth\": true,\n"
+      " \"baseline_health_check\": {\"in_flight\": %d, \"rpc_per_s\": %.0f, \"p50_ms\": %.2f, "
+      "\"p99_ms\": %.2f, \"errors\": %lld, \"process_cpu_us_per_rpc\": %.1f},\n"
       " \"report_step\": {\"in_flight\": %d, \"channels\": %d, \"seconds\": %.2f, "
       "\"rpcs\": %zu, \"rpc_per_s\": %.0f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"errors\": %lld, "
       "\"acknowledged\": %lld, \"counted\": %lld, \"synced_writes\": %llu, "
@@ -410,7 +444,10 @@ int Main(int argc, char** argv) {
       "\"process_cpu_percent_of_one_core\": %.2f, \"idle_process_cpu_percent\": %.2f},\n"
       " \"failure\": {\"heartbeat_timeout_s\": %.1f, \"tick_s\": %.2f, "
       "\"relaunch_after_timeout_s\": %.3f}}\n",
-      CpuModel().c_str(), std::thread::hardware_concurrency(), in_flight, channels, report_seconds,
+      CpuModel().c_str(), std::thread::hardware_concurrency(), in_flight,
+      base_lat.ms.size() / base_seconds, Percentile(base_lat.ms, 0.5),
+      Percentile(base_lat.ms, 0.99), static_cast<long long>(base_lat.errors),
+      1e6 * cpu_base / std::max<size_t>(1, base_lat.ms.size()), in_flight, channels, report_seconds,
       report_lat.ms.size(), report_lat.ms.size() / report_seconds, Percentile(report_lat.ms, 0.5),
       Percentile(report_lat.ms, 0.99), static_cast<long long>(report_lat.errors),
       static_cast<long long>(acked.load()), static_cast<long long>(counted),
