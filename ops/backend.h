@@ -116,7 +116,7 @@ class Backend {
 
   // ---- SwiGLU: out = silu(gate) ⊙ up, all (N, F).
   virtual void SwiGluForward(Tensor out, Tensor gate, Tensor up) = 0;
-  // dgate, dup (N, F) overwritten.
+  // dgate, dup (N, F) overwritten; elementwise, so dgate may alias gate and dup may alias up.
   virtual void SwiGluBackward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
 
   // ---- Shift right along T: out[b, 0] = 0, out[b, t] = x[b, t-1]. x, out (B, T, D), no alias.

@@ -1,10 +1,13 @@
-// The K-pass step. Reading order: activation layout (Carver, LayerActs, PassActs), the layer
-// forward/backward pair, the input stage (pass 1 / feedback fusion) pair, then Step().
+// The K-pass step. Reading order: activation layout (Carver, LayerActs, PassActs, Scratch and
+// Note [Activation layout]), the layer's attention and FFN halves as forward/backward pairs, the
+// input stage (pass 1 / feedback fusion), then Step().
 #include "worker/model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 
 #include "checkpoint/safetensors.h"
@@ -39,45 +42,70 @@ void PlainMask(const int32_t* inputs, int64_t t, int64_t eod_id, bool mixin, Rng
 
 namespace {
 
-// Carves tensors from an arena, or (without one) only measures how much they need.
+// Carves tensors out of one block of the activation arena by a bump offset, or (with a null
+// base) only measures how many bytes they need. Overlay() lays tensors whose lifetimes are
+// disjoint over the same bytes (Note [Activation layout]); every view stays 64-byte aligned.
 class Carver {
  public:
-  explicit Carver(ops::Arena* arena, ops::Device device) : arena_(arena), device_(device) {}
+  Carver(char* base, ops::Device device) : base_(base), device_(device) {}
   Tensor Take(DType dtype, Shape shape) {
-    if (arena_ != nullptr) return arena_->Take(dtype, shape);
-    bytes_ = (bytes_ + 63) / 64 * 64 + shape.numel() * ops::DTypeSize(dtype);
-    return Tensor(nullptr, dtype, shape, device_);
+    const size_t start = (offset_ + kAlign - 1) / kAlign * kAlign;
+    offset_ = start + static_cast<size_t>(shape.numel()) * ops::DTypeSize(dtype);
+    end_ = std::max(end_, offset_);
+    return Tensor(base_ == nullptr ? nullptr : base_ + start, dtype, shape, device_);
   }
   Tensor F32(Shape shape) { return Take(DType::kF32, shape); }
-  size_t bytes() const { return bytes_ + 64; }
+  // Carves every alternative from the same offset and continues past the largest one.
+  void Overlay(std::initializer_list<std::function<void()>> alternatives) {
+    const size_t start = offset_;
+    size_t end = start;
+    for (const std::function<void()>& carve : alternatives) {
+      offset_ = start;
+      carve();
+      end = std::max(end, offset_);
+    }
+    offset_ = end;
+  }
+  size_t bytes() const { return end_; }
 
  private:
-  ops::Arena* arena_;
+  static constexpr size_t kAlign = 64;
+  char* base_;
   ops::Device device_;
-  size_t bytes_ = 0;
+  size_t offset_ = 0, end_ = 0;
 };
+
+// A view of the first shape.numel() floats of `t` (two shapes over one buffer).
+Tensor View(Tensor t, Shape shape) {
+  FB_CHECK_LE(shape.numel(), t.numel());
+  return Tensor(t.data, DType::kF32, shape, t.device);
+}
 
 // The parameters of one layer (views into the parameter or the gradient arena).
 struct LayerParams {
   Tensor attn_norm, wq, wk, wv, q_norm, k_norm, wgate, wo, ffn_norm, w1, w3, w2;
 };
 
-// What one layer's forward keeps for its backward. N = B·T rows.
+// What one layer's forward keeps for its backward, and the attention backward's scratch.
+// N = B·T rows.
 struct LayerActs {
+  // Attention half.
   Tensor a, rstd_a;            // (N, D), (N): attention-norm output
   Tensor q_raw, rstd_q, q;     // (N, H, Dh) projection, (N·H), normed + rotated
   Tensor k_raw, rstd_k, k, v;  // (N, Hkv, Dh) ...
   Tensor o, lse;               // (N, H, Dh) attention output, (B, H, T)
   Tensor gate, og;             // (N, H) gate logits, (N, H, Dh) gated output
-  Tensor x_mid;                // (N, D) residual after attention
-  Tensor m, rstd_m;            // (N, D), (N): ffn-norm output
-  Tensor g1, g3, s;            // (N, F): gate, up, swiglu
+  // FFN half. The backward overwrites s, g1 and g3 with their own gradients.
+  Tensor x_mid;      // (N, D) residual after attention
+  Tensor m, rstd_m;  // (N, D), (N): ffn-norm output
+  Tensor g1, g3, s;  // (N, F): gate, up, swiglu
+  // Attention backward, over the FFN half (dead by then). dog is og itself with attn_gate.
+  Tensor dog, dgate;  // (N, H, Dh), (N, H)
+  Tensor dk, dv;      // (N, Hkv, Dh)
 };
 
-// `ffn`: whether to carve g1, g3 and s (selective recomputation shares them instead).
-LayerActs CarveLayerActs(Carver& c, const ModelConfig& m, int64_t b, int64_t t, bool ffn) {
+void CarveAttentionHalf(Carver& c, const ModelConfig& m, int64_t b, int64_t t, LayerActs& x) {
   const int64_t n = b * t, h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim;
-  LayerActs x;
   x.a = c.F32({n, m.d_model});
   x.rstd_a = c.F32({n});
   x.q_raw = c.F32({n, h, dh});
@@ -91,6 +119,10 @@ LayerActs CarveLayerActs(Carver& c, const ModelConfig& m, int64_t b, int64_t t, 
   x.lse = c.F32({b, h, t});
   x.gate = c.F32({n, h});
   x.og = c.F32({n, h, dh});
+}
+
+// `ffn`: whether to carve g1, g3 and s (selective recomputation shares them instead).
+void CarveFfnHalf(Carver& c, const ModelConfig& m, int64_t n, bool ffn, LayerActs& x) {
   x.x_mid = c.F32({n, m.d_model});
   x.m = c.F32({n, m.d_model});
   x.rstd_m = c.F32({n});
@@ -99,36 +131,179 @@ LayerActs CarveLayerActs(Carver& c, const ModelConfig& m, int64_t b, int64_t t, 
     x.g3 = c.F32({n, m.ffn_dim});
     x.s = c.F32({n, m.ffn_dim});
   }
-  return x;
 }
 
-// Per pass: the residual stream at every layer boundary and the input stage.
+void CarveAttentionGrads(Carver& c, const ModelConfig& m, int64_t n, LayerActs& x) {
+  const int64_t h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim;
+  x.dog = m.attn_gate ? x.og : c.F32({n, h, dh});
+  x.dgate = c.F32({n, h});
+  x.dk = c.F32({n, kv, dh});
+  x.dv = c.F32({n, kv, dh});
+}
+
+// One pass. Under `full`, x[0], x[L], value, u and every LayerActs are shared scratch.
 struct PassActs {
   std::vector<Tensor> x;          // L + 1 tensors (N, D): x[l] enters layer l, x[L] is the top
-  std::vector<LayerActs> layers;  // L; with recompute, some fields share one scratch
-  Tensor u, rstd_in;              // (N, D) input before norm_in, (N)
-  Tensor hhat, shifted, value;    // (N, D): ĥ (+ jitter), shift(ĥ), shift(ĥ) W_uᵀ
-  Tensor plain;                   // (N) u8
-  Tensor h, rstd_f;               // (N, D) top state after the final norm, (N)
-  Tensor dh;                      // (N, D) gradient at h: readout + post-norm feedback
-  Tensor dxl;                     // (N, D) gradient at x_L from pre-norm feedback
+  std::vector<LayerActs> layers;  // L
+  Tensor rstd_in, rstd_f;         // (N): norm_in of the pass input, the final norm
+  Tensor dh;  // (N, D) gradient at h: the readout's (written in forward) + post-norm feedback
+  // Feedback passes (k >= 2) only.
+  Tensor shifted, value, u;  // (N, D): shift(ĥ), shift(ĥ) W_uᵀ, the fused input before norm_in
+  Tensor plain;              // (N) u8
 };
 
-// Scratch shared by every layer and pass.
+// Step-wide tensors. The forward-only and the backward-only ones share bytes.
 struct Scratch {
-  Tensor branch, x_re;  // (N, D) forward branch output; recomputed layer output
-  Tensor dx, dbranch, dxn, da, du, de, dg_fb, dng;  // (N, D)
-  Tensor ds, dg1, dg3;                              // (N, F)
-  Tensor dog, dout_att, dq;                         // (N, H, Dh)
-  Tensor dgate;                                     // (N, H)
-  Tensor dk, dv;                                    // (N, Hkv, Dh)
-  Tensor tokens, targets;                           // (N) i32
-  Tensor e, ng, rstd_g, gate_fb;     // (N, D) embeddings, RMSNorm(e; norm_g), (N), its W_g product
-  Tensor logits, row_loss, row_lse;  // readout chunk (rows, V), (N), (N)
+  Tensor tokens, targets;    // (N) i32
+  Tensor row_loss, row_lse;  // (N) readout scratch
+  Tensor e;                  // (N, D) token embeddings
+  Tensor gate_fb, rstd_g;    // (N, D) RMSNorm(e; norm_g) W_gᵀ, (N)              [K >= 2]
+  // Forward only.
+  Tensor h;          // (N, D) latest pass's top state; ĥ of the next pass (jitter added in place)
+  Tensor branch;     // (N, D) a residual branch's output; jitter upload
+  Tensor ng;         // (N, D) RMSNorm(e; norm_g)                                     [K >= 2]
+  Tensor logits;     // (rows, V) readout chunk (under `full`, in the layer scratch)
+  Tensor x0, x_top;  // (N, D) the current pass's x[0] and x[L]                       [full]
+  // Backward only.
+  Tensor dx;                 // (N, D) gradient flowing down the residual stream
+  Tensor dbranch, dout_att;  // (N, D) a branch's gradient; (N, H, Dh) over the same bytes
+  Tensor dxn, dq;            // (N, D) a norm's input gradient; (N, H, Dh) over the same bytes
+  Tensor da, du;             // (N, D)
+  Tensor de, dg_fb;          // (N, D) gradients at e and at gate_fb, summed over passes
+  Tensor dxl;                // (N, D) gradient at x_L from the next pass      [pre_norm, K >= 2]
 };
+
+// Note [Activation layout]: one arena, carved once by CarveActivations() (the table), with
+// tensors whose lifetimes are disjoint laid over the same bytes by Carver::Overlay():
+// - Forward-only tensors (h, branch, ng, logits, x0, x_top) over backward-only ones (dx, …,
+//   dg_fb): the first backward write follows the last forward read.
+// - In every layer, the attention backward's scratch (dog, dgate, dk, dv) over the FFN half
+//   (x_mid, m, g1, g3, s), which the FFN backward, run first, is the last to read. dout_att and
+//   dq live in dbranch and dxn, whose contents are dead when they are written. The FFN backward
+//   writes ds, dg1 and dg3 over s, g1 and g3 (each read for the last time just before).
+// - Under `full`, one LayerActs serves every layer and pass, and its attention half (with its
+//   gradient scratch) lies over its FFN half: the backward of a layer recomputes the attention
+//   half twice, once for x_mid and once after the FFN backward (Note [Recomputation]). The
+//   readout's logits chunk and the feedback input stage (value, u) lie there too, as they are
+//   used only between layers. x[0] and x[L] are recomputed in backward into du and dxn.
+// Pass 1 carves no feedback tensors. Nothing else is kept per pass or per layer.
+// How much this saves: docs/PERF.md (training step).
 
 constexpr float kEps = 1e-6f;
 constexpr int64_t kReadoutChunkRows = 64;
+
+// Lays out every activation and scratch tensor of a step; with a measuring Carver this only
+// computes the arena size.
+void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, Scratch& s,
+                      LayerActs& shared, std::vector<PassActs>& passes) {
+  const int64_t b = shape.max_batch, t = shape.max_seq, n = b * t, d = m.d_model;
+  const int64_t h = m.n_heads, dh = m.head_dim;
+  const int64_t wide = std::max(d, h * dh);  // dbranch / dout_att and dxn / dq
+  const bool feedback = shape.max_passes >= 2;
+  const bool full = shape.recompute == Recompute::kFull;
+  const bool selective = shape.recompute == Recompute::kSelective;
+  const Shape logits_shape{std::min<int64_t>(kReadoutChunkRows, n), m.vocab_size};
+  s.tokens = c.Take(DType::kI32, {n});
+  s.targets = c.Take(DType::kI32, {n});
+  s.row_loss = c.F32({n});
+  s.row_lse = c.F32({n});
+  s.e = c.F32({n, d});
+  if (feedback) {
+    s.gate_fb = c.F32({n, d});
+    s.rstd_g = c.F32({n});
+  }
+  c.Overlay({[&] {  // forward only
+               s.h = c.F32({n, d});
+               s.branch = c.F32({n, d});
+               if (feedback) s.ng = c.F32({n, d});
+               if (!full) s.logits = c.F32(logits_shape);
+               if (full) {
+                 s.x0 = c.F32({n, d});
+                 s.x_top = c.F32({n, d});
+               }
+             },
+             [&] {  // backward only
+               s.dx = c.F32({n, d});
+               const Tensor db = c.F32({n, wide}), dn = c.F32({n, wide});
+               s.dbranch = View(db, {n, d});
+               s.dout_att = View(db, {n, h, dh});
+               s.dxn = View(dn, {n, d});
+               s.dq = View(dn, {n, h, dh});
+               s.da = c.F32({n, d});
+               s.du = c.F32({n, d});
+               s.de = c.F32({n, d});
+               if (feedback) s.dg_fb = c.F32({n, d});
+               if (feedback && m.feedback_state == FeedbackState::kPreNorm) s.dxl = c.F32({n, d});
+             }});
+
+  // The recomputation scratch: under `full` one whole layer, under `selective` the FFN.
+  Tensor shared_value, shared_u;
+  if (full) {
+    c.Overlay({[&] {
+                 CarveAttentionHalf(c, m, b, t, shared);
+                 CarveAttentionGrads(c, m, n, shared);
+               },
+               [&] { CarveFfnHalf(c, m, n, /*ffn=*/true, shared); },
+               [&] { s.logits = c.F32(logits_shape); },
+               [&] {
+                 if (!feedback) return;
+                 shared_value = c.F32({n, d});
+                 shared_u = c.F32({n, d});
+               }});
+  } else if (selective) {
+    c.Overlay({[&] {
+                 shared.g1 = c.F32({n, m.ffn_dim});
+                 shared.g3 = c.F32({n, m.ffn_dim});
+                 shared.s = c.F32({n, m.ffn_dim});
+               },
+               [&] { CarveAttentionGrads(c, m, n, shared); }});
+  }
+
+  passes.assign(shape.max_passes, PassActs{});
+  for (int k = 1; k <= shape.max_passes; ++k) {
+    PassActs& p = passes[k - 1];
+    for (int64_t l = 0; l <= m.n_layers; ++l) {
+      if (full && l == 0) {
+        p.x.push_back(s.x0);
+      } else if (full && l == m.n_layers) {
+        p.x.push_back(s.x_top);
+      } else {
+        p.x.push_back(c.F32({n, d}));
+      }
+    }
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      if (full) {
+        p.layers.push_back(shared);
+        continue;
+      }
+      LayerActs a;
+      CarveAttentionHalf(c, m, b, t, a);
+      if (selective) {
+        CarveFfnHalf(c, m, n, /*ffn=*/false, a);
+        a.g1 = shared.g1;
+        a.g3 = shared.g3;
+        a.s = shared.s;
+        a.dog = m.attn_gate ? a.og : shared.dog;
+        a.dgate = shared.dgate;
+        a.dk = shared.dk;
+        a.dv = shared.dv;
+      } else {
+        c.Overlay({[&] { CarveFfnHalf(c, m, n, /*ffn=*/true, a); },
+                   [&] { CarveAttentionGrads(c, m, n, a); }});
+      }
+      p.layers.push_back(a);
+    }
+    p.rstd_in = c.F32({n});
+    p.rstd_f = c.F32({n});
+    p.dh = c.F32({n, d});
+    if (k >= 2) {
+      p.shifted = c.F32({n, d});
+      p.plain = c.Take(DType::kU8, {n});
+      p.value = full ? shared_value : c.F32({n, d});
+      p.u = full ? shared_u : c.F32({n, d});
+    }
+  }
+}
 
 // out (N, O) = in (N, I) wᵀ with w (O, I).
 void Linear(Backend& be, Tensor out, Tensor in, Tensor w) {
@@ -168,17 +343,24 @@ Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t) {
 }
 
 // Note [Recomputation]: with `selective`, g1, g3 and s of every layer share one scratch and
-// are recomputed from the saved ffn-norm output m in backward (two GEMMs and a SwiGLU); with
-// `full`, every LayerActs field is a shared scratch refilled by re-running the layer forward
-// from its saved input x[l].
+// are recomputed from the saved ffn-norm output m in backward (two GEMMs and a SwiGLU). With
+// `full`, a pass keeps only x[1..L-1] (and its feedback input shift(ĥ)); the backward of pass k
+// first recomputes the input stage (x[0]), then for each layer, top down: the attention half
+// (for x_mid), the FFN half (its output only for the top layer, whose x[L] the final norm's
+// backward needs), the FFN backward, the attention half again without its output projection,
+// and the attention backward. Every recomputation repeats the forward's operations on the same
+// inputs, so all three modes give the same gradients bit for bit.
 void RecomputeFfn(Backend& be, const LayerParams& p, const LayerActs& a) {
   Linear(be, a.g1, a.m, p.w1);
   Linear(be, a.g3, a.m, p.w3);
   be.SwiGluForward(a.s, a.g1, a.g3);
 }
 
-void LayerForward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
-                  const LayerActs& a, Tensor x_in, Tensor x_out, Tensor branch, int64_t layer) {
+// Attention half of `layer` on x_in: the saved state in `a` and, with `project`,
+// x_mid = x_in + r · (gated attention) Woᵀ (branch: the projection's output).
+void AttentionHalfForward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
+                          const LayerActs& a, Tensor x_in, Tensor branch, int64_t layer,
+                          bool project) {
   be.RmsNormForward(a.a, a.rstd_a, x_in, p.attn_norm, kEps);
   Linear(be, a.q_raw, a.a, p.wq);
   Linear(be, a.k_raw, a.a, p.wk);
@@ -206,50 +388,62 @@ void LayerForward(Backend& be, const ModelConfig& cfg, const Dims& d, const Laye
     be.HeadGateForward(a.og, a.o, a.gate);
     att = a.og;
   }
+  if (!project) return;
   Linear(be, branch, att, p.wo);
+  // Under `full`, x_mid lies over the attention half, dead from here on.
   CopyTensor(be, a.x_mid, x_in);
   be.ResidualForward(a.x_mid, branch, d.r);
+}
+
+// FFN half from a.x_mid: m, g1, g3, s and, unless x_out is empty,
+// x_out = x_mid + r · s W2ᵀ (branch: the projection's output).
+void FfnHalfForward(Backend& be, const Dims& d, const LayerParams& p, const LayerActs& a,
+                    Tensor x_out, Tensor branch) {
   be.RmsNormForward(a.m, a.rstd_m, a.x_mid, p.ffn_norm, kEps);
   RecomputeFfn(be, p, a);
+  if (x_out.empty()) return;
   Linear(be, branch, a.s, p.w2);
   CopyTensor(be, x_out, a.x_mid);
   be.ResidualForward(x_out, branch, d.r);
 }
 
-// dx: gradient at the layer's output on entry, at its input on return.
-void LayerBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
-                   const LayerParams& g, const LayerActs& a, Tensor x_in, const Scratch& s,
-                   int64_t layer) {
-  // FFN branch.
+// s.dx: the gradient at the layer's output on entry, at x_mid on return.
+void FfnHalfBackward(Backend& be, const Dims& d, const LayerParams& p, const LayerParams& g,
+                     const LayerActs& a, const Scratch& s) {
   be.ResidualBackward(s.dbranch, s.dx, d.r);
-  LinearBackwardInput(be, s.ds, s.dbranch, p.w2, 0.0f);
   LinearBackwardWeight(be, g.w2, s.dbranch, a.s);
-  be.SwiGluBackward(s.dg1, s.dg3, s.ds, a.g1, a.g3);
-  LinearBackwardInput(be, s.da, s.dg1, p.w1, 0.0f);
-  LinearBackwardInput(be, s.da, s.dg3, p.w3, 1.0f);
-  LinearBackwardWeight(be, g.w1, s.dg1, a.m);
-  LinearBackwardWeight(be, g.w3, s.dg3, a.m);
+  LinearBackwardInput(be, a.s, s.dbranch, p.w2, 0.0f);  // a.s now holds ds
+  be.SwiGluBackward(a.g1, a.g3, a.s, a.g1, a.g3);       // g1, g3 now hold dg1, dg3
+  LinearBackwardInput(be, s.da, a.g1, p.w1, 0.0f);
+  LinearBackwardInput(be, s.da, a.g3, p.w3, 1.0f);
+  LinearBackwardWeight(be, g.w1, a.g1, a.m);
+  LinearBackwardWeight(be, g.w3, a.g3, a.m);
   be.RmsNormBackward(s.dxn, g.ffn_norm, s.da, a.x_mid, p.ffn_norm, a.rstd_m);
-  be.ResidualForward(s.dx, s.dxn, 1.0f);  // now the gradient at x_mid
-  // Attention branch.
+  be.ResidualForward(s.dx, s.dxn, 1.0f);
+}
+
+// s.dx: the gradient at x_mid on entry, at x_in on return.
+void AttentionHalfBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
+                           const LayerParams& g, const LayerActs& a, Tensor x_in, const Scratch& s,
+                           int64_t layer) {
   be.ResidualBackward(s.dbranch, s.dx, d.r);
   const Tensor att = cfg.attn_gate ? a.og : a.o;
-  LinearBackwardInput(be, s.dog, s.dbranch, p.wo, 0.0f);
   LinearBackwardWeight(be, g.wo, s.dbranch, att);
-  Tensor datt = s.dog;
+  LinearBackwardInput(be, a.dog, s.dbranch, p.wo, 0.0f);  // with the gate, over og
+  Tensor datt = a.dog;
   float da_beta = 0.0f;
   if (cfg.attn_gate) {
-    be.HeadGateBackward(s.dout_att, s.dgate, s.dog, a.o, a.gate);
-    LinearBackwardWeight(be, g.wgate, s.dgate, a.a);
-    LinearBackwardInput(be, s.da, s.dgate, p.wgate, 0.0f);
+    be.HeadGateBackward(s.dout_att, a.dgate, a.dog, a.o, a.gate);  // over dbranch
+    LinearBackwardWeight(be, g.wgate, a.dgate, a.a);
+    LinearBackwardInput(be, s.da, a.dgate, p.wgate, 0.0f);
     datt = s.dout_att;
     da_beta = 1.0f;
   }
   ops::AttentionOptions ao;
   ao.window = cfg.IsFullAttentionLayer(layer) ? 0 : cfg.window;
-  const Tensor dq4 = s.dq.Reshape({d.b, d.t, d.h, d.dh});
-  const Tensor dk4 = s.dk.Reshape({d.b, d.t, d.kv, d.dh});
-  be.AttentionBackward(dq4, dk4, s.dv.Reshape({d.b, d.t, d.kv, d.dh}),
+  const Tensor dq4 = s.dq.Reshape({d.b, d.t, d.h, d.dh});  // over dxn
+  const Tensor dk4 = a.dk.Reshape({d.b, d.t, d.kv, d.dh});
+  be.AttentionBackward(dq4, dk4, a.dv.Reshape({d.b, d.t, d.kv, d.dh}),
                        datt.Reshape({d.b, d.t, d.h, d.dh}), a.q.Reshape({d.b, d.t, d.h, d.dh}),
                        a.k.Reshape({d.b, d.t, d.kv, d.dh}), a.v.Reshape({d.b, d.t, d.kv, d.dh}),
                        a.o.Reshape({d.b, d.t, d.h, d.dh}), a.lse, ao);
@@ -257,18 +451,34 @@ void LayerBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const Lay
   be.RopeBackward(dq4, dq4, theta);
   be.RopeBackward(dk4, dk4, theta);
   if (cfg.qk_norm) {  // in place: gradients at q_raw and k_raw
-    const Tensor dqr = s.dq.Reshape({d.n * d.h, d.dh}), dkr = s.dk.Reshape({d.n * d.kv, d.dh});
+    const Tensor dqr = s.dq.Reshape({d.n * d.h, d.dh}), dkr = a.dk.Reshape({d.n * d.kv, d.dh});
     be.RmsNormBackward(dqr, g.q_norm, dqr, a.q_raw.Reshape({d.n * d.h, d.dh}), p.q_norm, a.rstd_q);
     be.RmsNormBackward(dkr, g.k_norm, dkr, a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm, a.rstd_k);
   }
   LinearBackwardWeight(be, g.wq, s.dq, a.a);
-  LinearBackwardWeight(be, g.wk, s.dk, a.a);
-  LinearBackwardWeight(be, g.wv, s.dv, a.a);
+  LinearBackwardWeight(be, g.wk, a.dk, a.a);
+  LinearBackwardWeight(be, g.wv, a.dv, a.a);
   LinearBackwardInput(be, s.da, s.dq, p.wq, da_beta);
-  LinearBackwardInput(be, s.da, s.dk, p.wk, 1.0f);
-  LinearBackwardInput(be, s.da, s.dv, p.wv, 1.0f);
-  be.RmsNormBackward(s.dxn, g.attn_norm, s.da, x_in, p.attn_norm, a.rstd_a);
+  LinearBackwardInput(be, s.da, a.dk, p.wk, 1.0f);
+  LinearBackwardInput(be, s.da, a.dv, p.wv, 1.0f);
+  be.RmsNormBackward(s.dxn, g.attn_norm, s.da, x_in, p.attn_norm, a.rstd_a);  // dq is dead
   be.ResidualForward(s.dx, s.dxn, 1.0f);  // the gradient at x_in
+}
+
+// h += ξ, ξ ~ U(-jitter, jitter) drawn in order on the host and uploaded into `staging` a
+// bounded piece at a time (a whole (N, D) host buffer would add to the peak memory).
+void AddJitter(Backend& be, Tensor h, Tensor staging, double jitter, Rng& rng) {
+  constexpr int64_t kPiece = 1 << 14;
+  const int64_t total = h.numel();
+  std::vector<float> host(std::min(kPiece, total));
+  for (int64_t start = 0; start < total; start += kPiece) {
+    const int64_t len = std::min(kPiece, total - start);
+    for (int64_t i = 0; i < len; ++i) {
+      host[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * jitter);
+    }
+    be.CopyFromHost(staging.f32() + start, host.data(), len * sizeof(float));
+  }
+  be.ResidualForward(h, staging, 1.0f);
 }
 
 }  // namespace
@@ -282,7 +492,7 @@ struct Model::Impl {
   Tensor d_embed, d_final_norm, d_norm_g, d_w_g, d_w_u, d_norm_in;
   std::vector<LayerParams> layer_p, layer_g;
   std::vector<PassActs> passes;
-  LayerActs shared;  // the recomputation scratch
+  LayerActs shared;  // recomputation scratch: selective, the FFN; full, one whole layer
   Scratch s;
   int64_t b = 0, t = 0;
 };
@@ -313,67 +523,6 @@ LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float
   lp.w3 = view("ffn.w3.weight");
   lp.w2 = view("ffn.w2.weight");
   return lp;
-}
-
-// Lays out every activation and scratch tensor of a step; with a measuring Carver this only
-// computes the arena size.
-void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, Scratch& s,
-                      LayerActs& shared, std::vector<PassActs>& passes) {
-  const int64_t b = shape.max_batch, t = shape.max_seq, n = b * t, d = m.d_model;
-  const int64_t h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim, f = m.ffn_dim;
-  s.branch = c.F32({n, d});
-  s.x_re = c.F32({n, d});
-  for (Tensor* x : {&s.dx, &s.dbranch, &s.dxn, &s.da, &s.du, &s.de, &s.dg_fb, &s.dng}) {
-    *x = c.F32({n, d});
-  }
-  s.ds = c.F32({n, f});
-  s.dg1 = c.F32({n, f});
-  s.dg3 = c.F32({n, f});
-  s.dog = c.F32({n, h, dh});
-  s.dout_att = c.F32({n, h, dh});
-  s.dq = c.F32({n, h, dh});
-  s.dgate = c.F32({n, h});
-  s.dk = c.F32({n, kv, dh});
-  s.dv = c.F32({n, kv, dh});
-  s.tokens = c.Take(DType::kI32, {n});
-  s.targets = c.Take(DType::kI32, {n});
-  s.e = c.F32({n, d});
-  s.ng = c.F32({n, d});
-  s.rstd_g = c.F32({n});
-  s.gate_fb = c.F32({n, d});
-  s.logits = c.F32({std::min<int64_t>(kReadoutChunkRows, n), m.vocab_size});
-  s.row_loss = c.F32({n});
-  s.row_lse = c.F32({n});
-
-  shared = CarveLayerActs(c, m, b, t, /*ffn=*/true);
-  passes.assign(shape.max_passes, PassActs{});
-  for (PassActs& p : passes) {
-    for (int64_t l = 0; l <= m.n_layers; ++l) p.x.push_back(c.F32({n, d}));
-    for (int64_t l = 0; l < m.n_layers; ++l) {
-      if (shape.recompute == Recompute::kFull) {
-        p.layers.push_back(shared);
-        continue;
-      }
-      const bool selective = shape.recompute == Recompute::kSelective;
-      LayerActs a = CarveLayerActs(c, m, b, t, /*ffn=*/!selective);
-      if (selective) {
-        a.g1 = shared.g1;
-        a.g3 = shared.g3;
-        a.s = shared.s;
-      }
-      p.layers.push_back(a);
-    }
-    p.u = c.F32({n, d});
-    p.rstd_in = c.F32({n});
-    p.hhat = c.F32({n, d});
-    p.shifted = c.F32({n, d});
-    p.value = c.F32({n, d});
-    p.plain = c.Take(DType::kU8, {n});
-    p.h = c.F32({n, d});
-    p.rstd_f = c.F32({n});
-    p.dh = c.F32({n, d});
-    p.dxl = c.F32({n, d});
-  }
 }
 
 }  // namespace
@@ -412,8 +561,10 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   im.params.emplace(std::move(params));
   im.grads.emplace(std::move(grads));
   im.acts.emplace(std::move(acts));
-  Carver carve(&*im.acts, backend->device());
+  const Tensor block = im.acts->Take(DType::kU8, {static_cast<int64_t>(measure.bytes())});
+  Carver carve(static_cast<char*>(block.data), backend->device());
   CarveActivations(carve, config, shape, im.s, im.shared, im.passes);
+  FB_CHECK_EQ(carve.bytes(), measure.bytes());
 
   const int64_t total = model->table_.total_numel();
   model->params_all_ = im.params->TakeF32({total});
@@ -557,6 +708,8 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
   Scratch& s = im.s;
   const Dims d = MakeDims(cfg, batch, seq);
   const int64_t n = d.n;
+  const bool full = shape_.recompute == Recompute::kFull;
+  const bool pre_norm = cfg.feedback_state == FeedbackState::kPreNorm;
 
   // Inputs and targets on the host, checked, then uploaded. Position t of a row is the input
   // of step t (t < T) and the target of step t - 1 (t > 0).
@@ -595,6 +748,21 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     if (k == 1 || cfg.feedback_loss == FeedbackLoss::kSum) return 1.0;
     return 1.0 / (k_passes - 1);
   };
+  // The input stage. Pass 1: x0 = RMSNorm(e; norm_in) (or e). Pass k >= 2, from p.shifted:
+  // value = shift(ĥ) W_uᵀ, u = the feedback mix, and unless x0 is empty x0 = RMSNorm(u; norm_in).
+  const auto input_stage = [&](int k, PassActs& p, Tensor x0) {
+    if (k == 1) {
+      if (cfg.pass1_input_norm) {
+        be.RmsNormForward(x0, p.rstd_in, s.e, im.norm_in, kEps);
+      } else {
+        CopyTensor(be, x0, s.e);
+      }
+      return;
+    }
+    Linear(be, p.value, p.shifted, im.w_u);
+    be.FeedbackMixForward(p.u, p.value, s.gate_fb, s.e, p.plain);
+    if (!x0.empty()) be.RmsNormForward(x0, p.rstd_in, p.u, im.norm_in, kEps);
+  };
 
   // ---- Forward, pass by pass.
   be.EmbeddingForward(s.e, im.embed, s.tokens);
@@ -602,26 +770,13 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     be.RmsNormForward(s.ng, s.rstd_g, s.e, im.norm_g, kEps);
     Linear(be, s.gate_fb, s.ng, im.w_g);
   }
-  std::vector<float> noise;
   for (int k = 1; k <= k_passes; ++k) {
     PassActs& p = im.passes[k - 1];
-    if (k == 1) {
-      if (cfg.pass1_input_norm) {
-        be.RmsNormForward(p.x[0], p.rstd_in, s.e, im.norm_in, kEps);
-      } else {
-        CopyTensor(be, p.x[0], s.e);
-      }
-    } else {
-      const PassActs& prev = im.passes[k - 2];
-      CopyTensor(be, p.hhat, cfg.feedback_state == FeedbackState::kPostNorm ? prev.h : prev.x[d.l]);
-      if (options.jitter > 0) {
-        noise.resize(n * d.d);
-        for (float& x : noise) x = static_cast<float>((2.0 * rng.Uniform() - 1.0) * options.jitter);
-        be.CopyFromHost(s.branch.data, noise.data(), noise.size() * sizeof(float));
-        be.ResidualForward(p.hhat, s.branch, 1.0f);
-      }
-      be.ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), p.hhat.Reshape({d.b, d.t, d.d}));
-      Linear(be, p.value, p.shifted, im.w_u);
+    if (k >= 2) {
+      // ĥ = h[k-1] + ξ in s.h (post-norm: the readout left h[k-1] there).
+      if (pre_norm) CopyTensor(be, s.h, im.passes[k - 2].x[d.l]);
+      if (options.jitter > 0) AddJitter(be, s.h, s.branch, options.jitter, rng);
+      be.ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), s.h.Reshape({d.b, d.t, d.d}));
       std::vector<uint8_t> plain(n);
       for (int64_t bi = 0; bi < batch; ++bi) {
         PlainMask(inputs.data() + bi * seq, seq, cfg.eod_id, options.prefix_mixin, rng,
@@ -629,20 +784,21 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
       }
       be.CopyFromHost(p.plain.data, plain.data(), n);
       result.plain.push_back(std::move(plain));
-      be.FeedbackMixForward(p.u, p.value, s.gate_fb, s.e, p.plain);
-      be.RmsNormForward(p.x[0], p.rstd_in, p.u, im.norm_in, kEps);
     }
+    input_stage(k, p, p.x[0]);
     for (int64_t l = 0; l < d.l; ++l) {
-      LayerForward(be, cfg, d, im.layer_p[l], p.layers[l], p.x[l], p.x[l + 1], s.branch, l);
+      const LayerActs& a = p.layers[l];
+      AttentionHalfForward(be, cfg, d, im.layer_p[l], a, p.x[l], s.branch, l, /*project=*/true);
+      FfnHalfForward(be, d, im.layer_p[l], a, p.x[l + 1], s.branch);
     }
-    be.RmsNormForward(p.h, p.rstd_f, p.x[d.l], im.final_norm, kEps);
+    be.RmsNormForward(s.h, p.rstd_f, p.x[d.l], im.final_norm, kEps);
     // The readout's backward is fused into its forward (ops/readout_loss.h): dh gets the
     // gradient of w_k·ℓ_k at h, dE its share.
     const double w = pass_weight(k);
     const float ce_scale = counted ? static_cast<float>(w / counted) : 0.0f;
     const float z_scale = counted ? static_cast<float>(w * cfg.z_loss / counted) : 0.0f;
     const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
-        be, p.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
+        be, s.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
         {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
         options.backward ? im.d_embed : Tensor());
     const double ce = counted ? sums.ce_sum / counted : 0.0;
@@ -654,23 +810,35 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
   if (!options.backward) return result;
 
   // ---- Backward, pass K down to pass 1; each pass hands the gradient at its input state
-  // to the pass before it (post-norm: at h, pre-norm: at x_L).
+  // to the pass before it (post-norm: at h, pre-norm: at x_L). From here on the forward-only
+  // scratch is dead (Note [Activation layout]).
   be.Zero(s.de);
-  be.Zero(s.dg_fb);
+  if (k_passes >= 2) be.Zero(s.dg_fb);
   for (int k = k_passes; k >= 1; --k) {
     PassActs& p = im.passes[k - 1];
-    be.RmsNormBackward(s.dx, im.d_final_norm, p.dh, p.x[d.l], im.final_norm, p.rstd_f);
-    if (cfg.feedback_state == FeedbackState::kPreNorm && k < k_passes) {
-      be.ResidualForward(s.dx, p.dxl, 1.0f);
+    std::vector<Tensor> x = p.x;
+    if (full) {  // Note [Recomputation]
+      x[0] = s.du;
+      x[d.l] = s.dxn;
+      input_stage(k, p, x[0]);
     }
     for (int64_t l = d.l - 1; l >= 0; --l) {
       const LayerActs& a = p.layers[l];
-      if (shape_.recompute == Recompute::kFull) {
-        LayerForward(be, cfg, d, im.layer_p[l], a, p.x[l], s.x_re, s.branch, l);
-      } else if (shape_.recompute == Recompute::kSelective) {
-        RecomputeFfn(be, im.layer_p[l], a);
+      const bool top = l == d.l - 1;
+      if (full) {
+        AttentionHalfForward(be, cfg, d, im.layer_p[l], a, x[l], s.dbranch, l, /*project=*/true);
+        FfnHalfForward(be, d, im.layer_p[l], a, top ? x[d.l] : Tensor(), s.dbranch);
       }
-      LayerBackward(be, cfg, d, im.layer_p[l], im.layer_g[l], a, p.x[l], s, l);
+      if (top) {
+        be.RmsNormBackward(s.dx, im.d_final_norm, p.dh, x[d.l], im.final_norm, p.rstd_f);
+        if (pre_norm && k < k_passes) be.ResidualForward(s.dx, s.dxl, 1.0f);
+      }
+      if (shape_.recompute == Recompute::kSelective) RecomputeFfn(be, im.layer_p[l], a);
+      FfnHalfBackward(be, d, im.layer_p[l], im.layer_g[l], a, s);
+      if (full) {
+        AttentionHalfForward(be, cfg, d, im.layer_p[l], a, x[l], Tensor(), l, /*project=*/false);
+      }
+      AttentionHalfBackward(be, cfg, d, im.layer_p[l], im.layer_g[l], a, x[l], s, l);
     }
     // s.dx is now the gradient at x[0], the normed input of this pass.
     if (k == 1) {
@@ -682,6 +850,7 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
       }
       continue;
     }
+    if (full) input_stage(k, p, Tensor());  // value and u again; x[0] (in du) is dead
     be.RmsNormBackward(s.du, im.d_norm_in, s.dx, p.u, im.norm_in, p.rstd_in);
     // dvalue -> dbranch, d(gate) of this pass -> dxn, de of the plain positions -> da.
     be.FeedbackMixBackward(s.dbranch, s.dxn, s.da, s.du, p.value, s.gate_fb, p.plain);
@@ -690,17 +859,18 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     LinearBackwardWeight(be, im.d_w_u, s.dbranch, p.shifted);
     LinearBackwardInput(be, s.du, s.dbranch, im.w_u, 0.0f);  // gradient at shift(ĥ)
     be.ShiftRightBackward(s.dx.Reshape({d.b, d.t, d.d}), s.du.Reshape({d.b, d.t, d.d}));
-    PassActs& prev = im.passes[k - 2];
-    if (cfg.feedback_state == FeedbackState::kPostNorm) {
-      be.ResidualForward(prev.dh, s.dx, 1.0f);
+    if (pre_norm) {
+      CopyTensor(be, s.dxl, s.dx);
     } else {
-      CopyTensor(be, prev.dxl, s.dx);
+      be.ResidualForward(im.passes[k - 2].dh, s.dx, 1.0f);
     }
   }
-  if (k_passes >= 2) {  // the feedback gate, shared by every feedback pass
-    LinearBackwardWeight(be, im.d_w_g, s.dg_fb, s.ng);
-    LinearBackwardInput(be, s.dng, s.dg_fb, im.w_g, 0.0f);
-    be.RmsNormBackward(s.du, im.d_norm_g, s.dng, s.e, im.norm_g, s.rstd_g);
+  if (k_passes >= 2) {       // the feedback gate, shared by every feedback pass
+    const Tensor ng = s.da;  // RMSNorm(e; norm_g) again: the forward's copy was forward-only
+    be.RmsNormForward(ng, s.rstd_g, s.e, im.norm_g, kEps);
+    LinearBackwardWeight(be, im.d_w_g, s.dg_fb, ng);
+    LinearBackwardInput(be, s.dxn, s.dg_fb, im.w_g, 0.0f);
+    be.RmsNormBackward(s.du, im.d_norm_g, s.dxn, s.e, im.norm_g, s.rstd_g);
     be.ResidualForward(s.de, s.du, 1.0f);
   }
   be.EmbeddingBackward(im.d_embed, s.de, s.tokens);

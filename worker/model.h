@@ -6,7 +6,9 @@
 // and gradient arenas are carved by the ParameterTable, the activation arena by the step's
 // layout for (max_batch, max_seq, max_passes, recompute), all allocated once in Create().
 // Recomputation (Note [Recomputation]): `none` keeps every layer's activations of every pass;
-// `full` keeps only each layer's input per pass and recomputes the layer in backward.
+// `full` keeps per pass only the inputs of layers 1..L-1 (and the pass's readout gradient and
+// feedback input) and recomputes the rest in backward. Tensors whose lifetimes do not overlap
+// share bytes of the activation arena (Note [Activation layout] in model.cc).
 // Not thread-safe; one Model per backend.
 #pragma once
 

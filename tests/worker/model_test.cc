@@ -38,9 +38,9 @@ std::vector<int32_t> RandomTokens(int64_t b, int64_t t, int64_t v, int64_t eod, 
   return tokens;
 }
 
-std::vector<float> GradientsAfterStep(Recompute recompute, int passes) {
+std::vector<float> GradientsAfterStep(Recompute recompute, int passes,
+                                      const ModelConfig& cfg = SmallConfig()) {
   auto backend = ops::CreateBackend({}).value();
-  const ModelConfig cfg = SmallConfig();
   ModelShape shape{2, 16, passes, recompute};
   auto model = Model::Create(cfg, shape, backend.get()).value();
   model->InitParameters(11);
@@ -57,16 +57,43 @@ std::vector<float> GradientsAfterStep(Recompute recompute, int passes) {
   return g;
 }
 
+// The default config, then every switch that changes which tensors the step keeps or reuses
+// (feedback from x_L, no gate, no QK norm, plain pass-1 input, H·Dh wider than D, one layer).
+std::vector<ModelConfig> RecomputeConfigs() {
+  std::vector<ModelConfig> out{SmallConfig()};
+  ModelConfig c = SmallConfig();
+  c.feedback_state = FeedbackState::kPreNorm;
+  c.attn_gate = false;
+  c.qk_norm = false;
+  c.pass1_input_norm = false;
+  c.depth_scaling = false;
+  c.feedback_loss = FeedbackLoss::kSum;
+  out.push_back(c);
+  c = SmallConfig();
+  c.head_dim = 8;  // H·Dh = 32 > D = 24
+  c.n_layers = 1;
+  c.feedback_state = FeedbackState::kPreNorm;
+  out.push_back(c);
+  return out;
+}
+
 TEST(Model, Recompute_SelectiveAndFull_GiveBitwiseIdenticalGradients) {
-  const std::vector<float> none = GradientsAfterStep(Recompute::kNone, 3);
-  const std::vector<float> selective = GradientsAfterStep(Recompute::kSelective, 3);
-  const std::vector<float> full = GradientsAfterStep(Recompute::kFull, 3);
-  ASSERT_EQ(none.size(), full.size());
-  EXPECT_EQ(std::memcmp(none.data(), selective.data(), none.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(none.data(), full.data(), none.size() * 4), 0);
-  double norm = 0;
-  for (float x : none) norm += static_cast<double>(x) * x;
-  EXPECT_GT(norm, 0.0);  // the comparison above is not between two zero vectors
+  const std::vector<ModelConfig> configs = RecomputeConfigs();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    for (int passes : {1, 2, 3}) {
+      SCOPED_TRACE("config " + std::to_string(i) + ", passes " + std::to_string(passes));
+      const std::vector<float> none = GradientsAfterStep(Recompute::kNone, passes, configs[i]);
+      const std::vector<float> selective =
+          GradientsAfterStep(Recompute::kSelective, passes, configs[i]);
+      const std::vector<float> full = GradientsAfterStep(Recompute::kFull, passes, configs[i]);
+      ASSERT_EQ(none.size(), full.size());
+      EXPECT_EQ(std::memcmp(none.data(), selective.data(), none.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(none.data(), full.data(), none.size() * 4), 0);
+      double norm = 0;
+      for (float x : none) norm += static_cast<double>(x) * x;
+      EXPECT_GT(norm, 0.0);  // the comparison above is not between two zero vectors
+    }
+  }
 }
 
 StepResult LossesWithJitter(double jitter, uint64_t seed) {
@@ -91,8 +118,8 @@ TEST(Model, Jitter_TouchesOnlyFeedbackPasses_AndIsSeeded) {
   EXPECT_EQ(a.pass_loss[0], none.pass_loss[0]);  // pass 1 never sees the feedback state
   EXPECT_NE(a.pass_loss[1], none.pass_loss[1]);  // passes >= 2 do, through ĥ + ξ
   EXPECT_NE(a.pass_loss[2], none.pass_loss[2]);
-  EXPECT_EQ(a.pass_loss, b.pass_loss);           // same seed, same draws
-  EXPECT_NE(a.pass_loss[1], c.pass_loss[1]);     // another seed, other draws
+  EXPECT_EQ(a.pass_loss, b.pass_loss);                            // same seed, same draws
+  EXPECT_NE(a.pass_loss[1], c.pass_loss[1]);                      // another seed, other draws
   EXPECT_EQ(LossesWithJitter(0.0, 9).pass_loss, none.pass_loss);  // no jitter: no randomness
 }
 
@@ -216,10 +243,23 @@ size_t ActivationBytes(int64_t layers, int passes, Recompute r) {
 TEST(Model, ActivationMemory_NoneGrowsLinearlyInPasses) {
   const double k1 = ActivationBytes(4, 1, Recompute::kNone);
   const double k2 = ActivationBytes(4, 2, Recompute::kNone);
+  const double k3 = ActivationBytes(4, 3, Recompute::kNone);
   const double k4 = ActivationBytes(4, 4, Recompute::kNone);
-  // Equal increments per pass (shared scratch is the constant term).
-  EXPECT_NEAR(k4 - k2, 2 * (k2 - k1), 64.0 * 64);
-  EXPECT_GT(k2 - k1, 0.5 * k1);
+  // Equal increments per feedback pass (pass 1 has no feedback input; step-wide scratch is
+  // the constant term).
+  EXPECT_NEAR(k4 - k3, k3 - k2, 64.0 * 64);
+  EXPECT_GT(k3 - k2, 0.5 * k1);
+}
+
+TEST(Model, ActivationMemory_FullKeepsPerFeedbackPassOnlyLayerInputsAndFeedbackState) {
+  const ModelConfig cfg = SmallConfig();
+  const int64_t n = 2 * 32, d = cfg.d_model, layers = 4;
+  const double k2 = ActivationBytes(layers, 2, Recompute::kFull);
+  const double k3 = ActivationBytes(layers, 3, Recompute::kFull);
+  // x[1..L-1], the readout gradient dh and shift(ĥ), (N, D) each; rstd_in and rstd_f, (N)
+  // f32; the plain mask, (N) u8. Up to 64 bytes of alignment per tensor.
+  const double per_pass = ((layers - 1) + 2) * n * d * 4.0 + 2 * n * 4.0 + n;
+  EXPECT_NEAR(k3 - k2, per_pass, 64.0 * (layers + 4));
 }
 
 TEST(Model, ActivationMemory_FullGrowsWithLayersOnlyByTheSavedLayerInputs) {
