@@ -702,8 +702,7 @@ void Coordinator::Tick() {
           job.worker_token = options_.mint_worker_token(job.id);
           if (!job.worker_token.empty()) a.spec.env["FULLBAND_WORKER_TOKEN"] = job.worker_token;
         }
-        a.spec.log_dir =
-            options_.jobs_dir + "/" + job.id + "/attempt-" + std::to_string(job.attempt);
+        a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside
         job.state = JobState::kLaunching;
         job.launched_at = now;
         if (job.wall_start == 0) job.wall_start = now;

@@ -90,7 +90,7 @@ struct CoordinatorOptions {
   double heartbeat_interval_seconds = 10;  // what workers are told to use
   double heartbeat_timeout_seconds = 60;   // a RUNNING group silent this long has failed
   double launch_timeout_seconds = 600;     // a launched group must register within this
-  std::string jobs_dir = "fullband-jobs";  // <jobs_dir>/<job>/attempt-<n>/ holds logs
+  std::string jobs_dir = "fullband-jobs";  // <jobs_dir>/<job>/ holds the attempts' logs
   std::string advertise_address;           // FULLBAND_COORDINATOR given to workers
   int64_t max_lease = 1024;                // steps per LeaseBatches
   // Mints the bearer token of a job attempt's workers (FULLBAND_WORKER_TOKEN); unset or ""

@@ -6,7 +6,7 @@
 //   listen: 127.0.0.1:7070           # gRPC address; port 0 picks a free port
 //   advertise: ""                    # address workers dial ("" = listen)
 //   store_dir: fullband-coordinator  # RocksDB (coordinator/FORMAT.md)
-//   jobs_dir: fullband-jobs          # per-job logs: <jobs_dir>/<job>/attempt-<n>/
+//   jobs_dir: fullband-jobs          # logs: <jobs_dir>/<job>/attempt-<n>.out|.err
 //   tls_cert: "" / tls_key: ""       # PEM files (scripts/gen_certs.sh); empty = plaintext
 //   tokens_file: ""                  # bearer tokens (coordinator/auth.h); empty = auth off
 //   metrics_listen: ""               # host:port of /metrics; empty = off

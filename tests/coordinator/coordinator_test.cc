@@ -136,7 +136,7 @@ TEST_F(CoordinatorTest, Tick_LaunchesPendingJobWithItsSpec) {
   EXPECT_EQ(spec.env.at("FULLBAND_JOB_ID"), id);
   EXPECT_EQ(spec.env.at("FULLBAND_ATTEMPT"), "0");
   EXPECT_EQ(spec.env.at("FULLBAND_COORDINATOR"), "localhost:1234");
-  EXPECT_EQ(spec.log_dir, "/jobs/" + id + "/attempt-0");
+  EXPECT_EQ(spec.log_dir, "/jobs/" + id);
   coordinator_->Tick();  // no second launch
   EXPECT_EQ(launcher_.launches().size(), 1u);
 }

@@ -103,7 +103,7 @@ TEST_F(LaunchE2eTest, FakeWorker_RunsTheJobToCompletion) {
   EXPECT_EQ(job.restarts(), 0);
   EXPECT_EQ(job.committed_step(), 20);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "ckpt" / job.id() / "step-20" / "manifest.json"));
-  EXPECT_TRUE(std::filesystem::exists(dir_ / "jobs" / job.id() / "attempt-0"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "jobs" / job.id() / "attempt-0.out"));
 }
 
 TEST_F(LaunchE2eTest, ReportedFailure_RestartsFromTheCheckpoint) {
