@@ -408,8 +408,15 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     return writer->HasSource(digest) || added.count(digest) > 0;
   };
 
+  // Sizes of the sources in the store: a file of another size cannot be one of them, so only
+  // files of a known size are hashed before they are read (any other duplicate is still caught
+  // by the hash taken while reading, and rolled back).
+  std::unordered_set<uint64_t> sizes;
+  for (const StoreSource& s : writer->metadata().sources) sizes.insert(s.bytes);
   for (const Input& input : inputs) {
-    if (!input.is_stdin) {
+    std::error_code ec;
+    const uint64_t size = input.is_stdin ? 0 : fs::file_size(input.name, ec);
+    if (!input.is_stdin && (ec || sizes.count(size))) {
       FB_ASSIGN_OR_RETURN(std::string digest, HashFile(input));
       if (already_in(digest)) {
         ++result.sources_skipped;
@@ -484,6 +491,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     }
     uncommitted.push_back(stats);
     added.insert(stats.xxh64);
+    sizes.insert(stats.bytes);
     uncommitted_bytes += stats.bytes;
     ++result.sources_added;
     result.totals.bytes += stats.bytes;

@@ -44,13 +44,13 @@ uint64_t Checksum(int64_t index, const char* ids, size_t bytes) {
   return XXH3_64bits_withSeed(ids, bytes, static_cast<uint64_t>(index));
 }
 
-std::string EncodeRecord(int64_t index, const uint32_t* ids, int64_t n) {
+// The value of record `index` into *value (resized; its buffer is reused across calls).
+void EncodeRecord(int64_t index, const uint32_t* ids, int64_t n, std::string* value) {
   static_assert(std::endian::native == std::endian::little, "records are little-endian");
-  std::string value(static_cast<size_t>(n) * 4 + 8, '\0');
-  std::memcpy(value.data(), ids, static_cast<size_t>(n) * 4);
-  const uint64_t sum = Checksum(index, value.data(), static_cast<size_t>(n) * 4);
-  std::memcpy(value.data() + n * 4, &sum, 8);
-  return value;
+  value->resize(static_cast<size_t>(n) * 4 + 8);
+  std::memcpy(value->data(), ids, static_cast<size_t>(n) * 4);
+  const uint64_t sum = Checksum(index, value->data(), static_cast<size_t>(n) * 4);
+  std::memcpy(value->data() + n * 4, &sum, 8);
 }
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -504,10 +504,11 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
   const int64_t n = metadata_.seq_len + 1;
   FB_CHECK_EQ(tokens.size() % static_cast<size_t>(n), 0u);
   rocksdb::WriteBatch batch;
+  std::string value;
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n)) {
     const int64_t index = metadata_.num_sequences + appended_;
-    FB_RETURN_IF_ERROR(FromRocks(
-        batch.Put(handles_[0], Key(index), EncodeRecord(index, tokens.data() + at, n)), path_));
+    EncodeRecord(index, tokens.data() + at, n, &value);
+    FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles_[0], Key(index), value), path_));
     ++appended_;
   }
   // Not synced: Commit's synced write makes everything before it durable (one WAL, in order).
