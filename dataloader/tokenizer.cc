@@ -96,6 +96,34 @@ inline bool BytesEqual(const unsigned char* p, const unsigned char* q, size_t n)
   return true;
 }
 
+// The first min(n, 8) bytes of p as a little-endian word, zero-padded: with the length, it
+// settles equality for tokens of up to 8 bytes (most of them) without reading the token bytes.
+inline uint64_t Head(const unsigned char* p, size_t n) {
+  if (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  if (n >= 4) {  // two overlapping 4-byte loads; the shared bytes are equal
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    return uint64_t{lo} | uint64_t{hi} << (8 * (n - 4));
+  }
+  uint64_t v = p[0];
+  if (n > 1) v |= uint64_t{p[1]} << 8;
+  if (n > 2) v |= uint64_t{p[2]} << 16;
+  return v;
+}
+
+// Tokens are at most this long (cl100k_base's longest has 128 bytes).
+constexpr size_t kMaxTokenBytes = 255;
+
+// A slot's length (1..kMaxTokenBytes, so never 0) and 24 more hash bits.
+inline uint32_t SlotLenTag(size_t n, uint64_t h) {
+  return static_cast<uint32_t>(n) << 24 | static_cast<uint32_t>(h >> 40);
+}
+
 // Standard base64 with '=' padding; false on any other character or a bad length.
 bool DecodeBase64(std::string_view in, std::string* out) {
   auto value = [](char c) -> int {
@@ -367,16 +395,17 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   }
 
   size_t slots = 1;
-  while (slots < 4 * static_cast<size_t>(kNumRanks)) slots <<= 1;
+  while (slots < 2 * static_cast<size_t>(kNumRanks)) slots <<= 1;  // load < 0.5
   t.table_.assign(slots, Slot{});
   t.table_mask_ = static_cast<uint32_t>(slots - 1);
   std::fill(std::begin(t.byte_rank_), std::end(t.byte_rank_), kNoRank);
   for (uint32_t r = 0; r < kNumRanks; ++r) {
     const std::string_view b = t.TokenBytes(r);
     const auto* p = reinterpret_cast<const unsigned char*>(b.data());
-    if (b.empty()) {
+    if (b.empty() || b.size() > kMaxTokenBytes) {
       return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
-                           " has an empty token");
+                           " has a token of " + std::to_string(b.size()) + " bytes (1 to " +
+                           std::to_string(kMaxTokenBytes) + " allowed)");
     }
     if (t.Rank(p, b.size()) != kNoRank) {
       return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
@@ -410,10 +439,9 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
 
 void Tokenizer::Insert(const unsigned char* p, size_t n, uint32_t rank) {
   const uint64_t h = HashBytes(p, n);
-  const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
   for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
-    if (table_[i].tag == 0) {
-      table_[i] = Slot{tag, rank};
+    if (table_[i].len_tag == 0) {
+      table_[i] = Slot{Head(p, n), rank, SlotLenTag(n, h)};
       return;
     }
   }
@@ -424,16 +452,15 @@ uint32_t Tokenizer::Rank(const unsigned char* p, size_t n) const {
 }
 
 uint32_t Tokenizer::RankHashed(const unsigned char* p, size_t n, uint64_t h) const {
-  const uint32_t tag = static_cast<uint32_t>(h >> 32) | 1;
+  const uint32_t len_tag = SlotLenTag(n, h);
+  const uint64_t head = Head(p, n);
   for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
     const Slot& s = table_[i];
-    if (s.tag == 0) return kNoRank;
-    if (s.tag == tag) {
-      const uint32_t begin = offsets_[s.rank];
-      if (offsets_[s.rank + 1] - begin == n &&
-          BytesEqual(reinterpret_cast<const unsigned char*>(bytes_.data()) + begin, p, n)) {
-        return s.rank;
-      }
+    if (s.len_tag == 0) return kNoRank;
+    if (s.len_tag == len_tag && s.head == head) {
+      if (n <= 8) return s.rank;
+      const auto* token = reinterpret_cast<const unsigned char*>(bytes_.data()) + offsets_[s.rank];
+      if (BytesEqual(token + 8, p + 8, n - 8)) return s.rank;
     }
   }
 }

@@ -53,9 +53,10 @@ class Tokenizer {
   const std::string& hash() const { return hash_; }
 
  private:
-  struct Slot {        // one entry of the open-addressing table of token bytes
-    uint32_t tag = 0;  // high hash bits | 1; 0 marks an empty slot
+  struct Slot {         // one entry of the open-addressing table of token bytes
+    uint64_t head = 0;  // the token's first 8 bytes, zero-padded
     uint32_t rank = 0;
+    uint32_t len_tag = 0;  // length << 24 | 24 hash bits; 0 marks an empty slot
   };
 
   Tokenizer() = default;

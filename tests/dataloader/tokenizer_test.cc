@@ -306,6 +306,7 @@ TEST_F(RanksFileTest, Load_CorruptedFile_IsDataLossSayingWhatAndWhere) {
       {100, "", "rank 99 is missing"},  // the empty line is skipped, so rank 99 is gone
       {3, "Ig== 2", "rank 2 repeats the token of rank 1"},   // rank 1's token is "\""
       {3, "/v7+/g== 2", "no token for the single byte 35"},  // nothing encodes '#' any more
+      {3, std::string(340, 'A') + "AA== 2", "rank 2 has a token of 256 bytes"},  // 256 NULs
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("line " + std::to_string(c.line) + " := " + c.text);
