@@ -359,8 +359,8 @@ StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const std::s
       FB_LOG(INFO) << "job " << job_id << " cancelled: " << job->reason;
     }
     info = Info(*job, now);
+    Defer(std::move(actions));
   }
-  Run(std::move(actions));
   return info;
 }
 
@@ -617,15 +617,18 @@ Status Coordinator::CommitCheckpoint(const std::string& job_id, uint64_t incarna
 
 Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnation,
                                   const std::string& reason) {
-  std::vector<Action> actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
     FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
     FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
-    actions = Fail(*job, "worker reported: " + reason, clock_->NowSeconds());
+    Defer(Fail(*job, "worker reported: " + reason, clock_->NowSeconds()));
   }
-  Run(std::move(actions));
   return OkStatus();
+}
+
+void Coordinator::Defer(std::vector<Action> actions) {
+  deferred_.insert(deferred_.end(), std::make_move_iterator(actions.begin()),
+                   std::make_move_iterator(actions.end()));
 }
 
 void Coordinator::set_advertise_address(const std::string& address) {
@@ -644,6 +647,7 @@ void Coordinator::Tick() {
   std::vector<PollItem> polls;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    actions.swap(deferred_);  // kills decided by RPCs since the last tick come first
     const double now = clock_->NowSeconds();
     for (auto& [id, job_ptr] : jobs_) {
       Job& job = *job_ptr;

@@ -2,7 +2,9 @@
 // budgets, heartbeats, failure handling — as plain C++: no gRPC, no proto on its interface.
 // RpcHandler adapts it to the wire; tests drive it with a fake clock and launcher.
 //
-// Threading: every method is thread-safe (one mutex). Launcher calls run outside it.
+// Threading: every method is thread-safe (one mutex). Launcher calls run outside it, and only
+// in Tick: a kill decided by an RPC (CancelJob, ReportFailure) waits for the next tick, so no
+// RPC thread blocks in Launcher::Kill's grace period.
 // Durability: every method that changes state appends its writes to the Store before it
 // returns; a caller that acknowledges anything to a remote must first wait for
 // store.WhenDurable(store.LastAppended()) (Note [Acknowledge after durable]).
@@ -195,6 +197,8 @@ class Coordinator {
   std::vector<Action> Fail(Job& job, const std::string& reason, double now);
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
   void Run(std::vector<Action> actions);
+  // Queues launcher calls for the next Tick (mu_ held).
+  void Defer(std::vector<Action> actions);
 
   CoordinatorOptions options_;  // advertise_address is guarded by mu_
   const Clock* clock_;
@@ -203,6 +207,7 @@ class Coordinator {
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::vector<Action> deferred_;
   int64_t next_id_ = 1;
 };
 

@@ -369,6 +369,7 @@ TEST_F(CoordinatorTest, ReportFailure_RestartsThenFailsWhenOutOfRestarts) {
   StatusOr<JobInfo> job = coordinator_->GetJob(id);
   EXPECT_EQ(job->state, JobState::kFailed);
   EXPECT_EQ(job->reason, "failed after 2 restarts: worker reported: NaN loss");
+  coordinator_->Tick();
   EXPECT_EQ(launcher_.killed().size(), 3u);
   EXPECT_EQ(coordinator_->ReportFailure(id, 99, "x").code(), StatusCode::kAborted);
   EXPECT_EQ(coordinator_->ReportFailure("none", 1, "x").code(), StatusCode::kNotFound);
@@ -438,6 +439,8 @@ TEST_F(CoordinatorTest, Cancel_KillsTheGroupAndIsFinal) {
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state, JobState::kCancelled);
   EXPECT_EQ(job->reason, "by alice");
+  EXPECT_TRUE(launcher_.killed().empty());  // the kill is made by the next tick
+  coordinator_->Tick();
   EXPECT_EQ(launcher_.killed(), std::vector<std::string>{"h1"});
   EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 1).status().code(), StatusCode::kAborted);
   EXPECT_EQ(coordinator_->Heartbeat(id, 7).value(), JobState::kCancelled);
