@@ -6,6 +6,8 @@
 //     IN: records [u8 allow_special][u32 n][n bytes]; OUT: per record
 //     [u32 replaced][u32 count][count × u32 ids] (little-endian). `replaced` counts the U+FFFD
 //     the decoder produced beyond those spelled out in the input.
+//   node tiktoken_ids.mjs decode OUT
+//     writes the bytes of every id below 100352 as [u32 n][n bytes], in id order.
 //   node tiktoken_ids.mjs corpus OUTDIR
 //     writes OUTDIR/<name>.txt and OUTDIR/<name>.ids (u32 ids) for each corpus of
 //     scripts/tokenizer_corpus.mjs, and prints their sizes.
@@ -69,6 +71,14 @@ if (mode === 'cases' && a && b) {
     out.push(u32([countReplacements(bytes, text), ids.length]), u32(ids));
   }
   writeFileSync(b, Buffer.concat(out));
+} else if (mode === 'decode' && a) {
+  // Every id of the Phi-4 vocabulary: [u32 n][n bytes] each, in id order.
+  const out = [];
+  for (let id = 0; id < 100352; id++) {
+    const bytes = Buffer.from(phi4Encoder().decode(Uint32Array.of(id)));
+    out.push(u32([bytes.length]), bytes);
+  }
+  writeFileSync(a, Buffer.concat(out));
 } else if (mode === 'corpus' && a) {
   mkdirSync(a, { recursive: true });
   for (const { name, bytes } of corpora()) {
@@ -78,6 +88,6 @@ if (mode === 'cases' && a && b) {
     console.log(`${name}: ${bytes.length} bytes, ${ids.length} tokens`);
   }
 } else {
-  console.error('usage: node tiktoken_ids.mjs cases IN OUT | corpus OUTDIR');
+  console.error('usage: node tiktoken_ids.mjs cases IN OUT | decode OUT | corpus OUTDIR');
   process.exit(2);
 }

@@ -98,6 +98,24 @@ StatusOr<std::vector<ReferenceIds>> TiktokenIds(const std::vector<ReferenceCase>
   return result;
 }
 
+StatusOr<std::vector<std::string>> TiktokenTokenBytes() {
+  const std::string dir = MakeTempDir();
+  FB_RETURN_IF_ERROR(RunNode("decode '" + dir + "/tokens.bin'"));
+  FB_ASSIGN_OR_RETURN(std::string all, ReadFileBytes(dir + "/tokens.bin"));
+  std::remove((dir + "/tokens.bin").c_str());
+  rmdir(dir.c_str());
+  std::vector<std::string> tokens;
+  for (size_t off = 0; off < all.size();) {
+    uint32_t n;
+    if (off + 4 > all.size()) return DataLossError("tokens.bin: truncated");
+    std::memcpy(&n, all.data() + off, 4);
+    if (off + 4 + n > all.size()) return DataLossError("tokens.bin: truncated");
+    tokens.push_back(all.substr(off + 4, n));
+    off += 4 + n;
+  }
+  return tokens;
+}
+
 Status WriteTiktokenCorpus(const std::string& dir) { return RunNode("corpus '" + dir + "'"); }
 
 }  // namespace fullband::dataloader::testing

@@ -25,6 +25,9 @@ struct ReferenceIds {
 // tiktoken's ids for each case, in order (one node process for all of them).
 StatusOr<std::vector<ReferenceIds>> TiktokenIds(const std::vector<ReferenceCase>& cases);
 
+// tiktoken's bytes for every id below Tokenizer::kVocabSize (with Phi-4's specials), in order.
+StatusOr<std::vector<std::string>> TiktokenTokenBytes();
+
 // Writes the parity corpora (scripts/tokenizer_corpus.mjs) and tiktoken's ids for them into
 // `dir`: <name>.txt and <name>.ids for name in {brown, linux-doc}.
 Status WriteTiktokenCorpus(const std::string& dir);

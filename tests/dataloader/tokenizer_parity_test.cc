@@ -228,5 +228,21 @@ TEST_F(TokenizerParityTest, Encode_SpecialTokensAllowed_MatchTiktokenWithPhi4Spe
   ExpectParity(cases);
 }
 
+TEST_F(TokenizerParityTest, Decode_EveryId_GivesTiktokensBytes) {
+  StatusOr<std::vector<std::string>> want = testing::TiktokenTokenBytes();
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  ASSERT_EQ(want->size(), static_cast<size_t>(Tokenizer::kVocabSize));
+  int mismatches = 0;
+  for (uint32_t id = 0; id < Tokenizer::kVocabSize; ++id) {
+    StatusOr<std::string> got = tokenizer().Decode(std::vector<uint32_t>{id});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    if (*got != (*want)[id] && ++mismatches <= 5) {
+      ADD_FAILURE() << "id " << id << ": " << ::testing::PrintToString(*got) << " vs tiktoken "
+                    << ::testing::PrintToString((*want)[id]);
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 }  // namespace
 }  // namespace fullband::dataloader
