@@ -6,6 +6,8 @@
 //   lease_batches: LeaseBatches/s and p50/p99 at --in-flight (leases of leased steps: no write);
 //   heartbeats: --groups worker groups heartbeating every --heartbeat-interval seconds, and the
 //                CPU of this whole process (server and clients) in % of one core;
+//   groups_traffic: the same groups each sending, per slot, a heartbeat and a lease + report
+//                of its next step; every acknowledged report must be counted exactly once;
 //   failure: seconds from a worker group's last heartbeat to the relaunch, minus the timeout.
 // Usage: coordinator_bench [--seconds 10] [--in-flight 128] [--channels 4] [--groups 1000]
 //        [--heartbeat-interval 10] [--dir /tmp/...]
@@ -394,6 +396,95 @@ int Main(int argc, char** argv) {
   const double hb_wall = std::chrono::duration<double>(Clock::now() - t0).count();
   const double hb_cpu = CpuSeconds() - cpu0;
 
+  // ---- The same groups heartbeating, leasing and reporting: each slot sends a heartbeat and
+  // leases then reports the group's next step. Every acknowledged report must be counted once.
+  std::vector<std::atomic<int64_t>> group_acked(groups);
+  std::vector<int64_t> group_next(groups, 0);
+  Latencies traffic_lat;
+  std::atomic<int64_t> traffic_pending{0};
+  const double traffic_gap = hb_interval / groups;
+  const auto tt = Clock::now();
+  for (int64_t i = 0;; ++i) {
+    const auto at = tt + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(traffic_gap * i));
+    if (at - tt > std::chrono::duration<double>(seconds)) break;
+    std::this_thread::sleep_until(at);
+    const int g = static_cast<int>(i % groups);
+    const auto& [id, token] = group_jobs[g];
+    struct Call {
+      grpc::ClientContext hb_context, lease_context, report_context;
+      proto::HeartbeatRequest hb;
+      proto::HeartbeatResponse hb_resp;
+      proto::LeaseBatchesRequest lease;
+      proto::LeaseBatchesResponse lease_resp;
+      proto::ReportStepRequest report;
+      proto::ReportStepResponse report_resp;
+      Clock::time_point start;
+    };
+    auto call = std::make_shared<Call>();  // freed with the last of its three callbacks
+    for (grpc::ClientContext* c :
+         {&call->hb_context, &call->lease_context, &call->report_context}) {
+      c->AddMetadata("authorization", "Bearer " + token);
+    }
+    call->hb.set_job_id(id);
+    call->hb.set_incarnation(incarnation);
+    call->lease.set_job_id(id);
+    call->lease.set_incarnation(incarnation);
+    call->lease.set_from_step(group_next[g]);
+    call->lease.set_count(1);
+    call->report.set_job_id(id);
+    call->report.set_incarnation(incarnation);
+    call->report.set_step(group_next[g]++);
+    call->report.set_tokens(128);
+    call->report.set_passes(1);
+    call->report.add_losses(2.0);
+    call->start = Clock::now();
+    traffic_pending += 2;
+    auto* stub = stubs[i % channels].get();
+    const auto finish = [&traffic_lat, &traffic_pending](const grpc::Status& s,
+                                                         Clock::time_point start) {
+      std::lock_guard<std::mutex> lock(traffic_lat.mu);
+      traffic_lat.ms.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      if (!s.ok() && traffic_lat.errors++ == 0) traffic_lat.first_error = s.error_message();
+    };
+    stub->async()->Heartbeat(&call->hb_context, &call->hb, &call->hb_resp,
+                             [call, finish, &traffic_pending](grpc::Status s) {
+                               finish(s, call->start);
+                               --traffic_pending;
+                             });
+    stub->async()->LeaseBatches(
+        &call->lease_context, &call->lease, &call->lease_resp,
+        [call, stub, g, finish, &group_acked, &traffic_pending](grpc::Status s) {
+          finish(s, call->start);
+          if (!s.ok()) {
+            --traffic_pending;
+            return;
+          }
+          const Clock::time_point report_start = Clock::now();
+          stub->async()->ReportStep(
+              &call->report_context, &call->report, &call->report_resp,
+              [call, g, finish, report_start, &group_acked, &traffic_pending](grpc::Status s) {
+                finish(s, report_start);
+                if (s.ok() && !call->report_resp.duplicate()) ++group_acked[g];
+                --traffic_pending;
+              });
+        });
+  }
+  while (traffic_pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double traffic_wall = std::chrono::duration<double>(Clock::now() - tt).count();
+  int64_t traffic_acked = 0, traffic_counted = 0, mismatched_jobs = 0;
+  std::map<std::string, int64_t> counted_by_job;
+  const std::vector<proto::Job> all_jobs = jobs->List(/*include_finished=*/true).value();
+  for (const proto::Job& j : all_jobs) {
+    counted_by_job[j.id()] = j.ledger().steps();
+  }
+  for (int g = 0; g < groups; ++g) {
+    traffic_acked += group_acked[g].load();
+    traffic_counted += counted_by_job[group_jobs[g].first];
+    if (counted_by_job[group_jobs[g].first] != group_acked[g].load()) ++mismatched_jobs;
+  }
+
   // ---- Failure detection: a group that stops heartbeating is relaunched after the timeout.
   (*service)->Stop();
   service->reset();
@@ -442,6 +533,9 @@ int Main(int argc, char** argv) {
       " \"heartbeats\": {\"groups\": %d, \"interval_s\": %.1f, \"seconds\": %.1f, \"rpcs\": %zu, "
       "\"p50_ms\": %.2f, \"p99_ms\": %.2f, \"errors\": %lld, "
       "\"process_cpu_percent_of_one_core\": %.2f, \"idle_process_cpu_percent\": %.2f},\n"
+      " \"groups_traffic\": {\"groups\": %d, \"seconds\": %.1f, \"rpcs\": %zu, \"p50_ms\": %.2f, "
+      "\"p99_ms\": %.2f, \"errors\": %lld, \"reports_acknowledged\": %lld, "
+      "\"reports_counted\": %lld, \"jobs_where_counted_differs\": %lld},\n"
       " \"failure\": {\"heartbeat_timeout_s\": %.1f, \"tick_s\": %.2f, "
       "\"relaunch_after_timeout_s\": %.3f}}\n",
       CpuModel().c_str(), std::thread::hardware_concurrency(), in_flight,
@@ -460,12 +554,19 @@ int Main(int argc, char** argv) {
       1e6 * lease_cpu / std::max<size_t>(1, lease_lat.ms.size()), groups, hb_interval, hb_wall,
       hb_lat.ms.size(), Percentile(hb_lat.ms, 0.5), Percentile(hb_lat.ms, 0.99),
       static_cast<long long>(hb_lat.errors), 100 * hb_cpu / hb_wall, 100 * idle_cpu / idle_seconds,
-      fc.heartbeat_timeout_seconds, fc.tick_seconds, detect);
+      groups, traffic_wall, traffic_lat.ms.size(), Percentile(traffic_lat.ms, 0.5),
+      Percentile(traffic_lat.ms, 0.99), static_cast<long long>(traffic_lat.errors),
+      static_cast<long long>(traffic_acked), static_cast<long long>(traffic_counted),
+      static_cast<long long>(mismatched_jobs), fc.heartbeat_timeout_seconds, fc.tick_seconds,
+      detect);
   if (report_lat.errors > 0)
     std::fprintf(stderr, "first report error: %s\n", report_lat.first_error.c_str());
   (*failure_service)->Stop();
   std::filesystem::remove_all(dir);
-  return counted == acked.load() && report_lat.errors == 0 ? 0 : 1;
+  return counted == acked.load() && report_lat.errors == 0 && mismatched_jobs == 0 &&
+                 traffic_lat.errors == 0
+             ? 0
+             : 1;
 }
 
 }  // namespace
