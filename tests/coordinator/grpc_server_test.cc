@@ -25,6 +25,9 @@ const char kBob[] = "bob-token-0123456789abcdef0123456789abcdef012";
 class GrpcServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // gRPC's c-ares resolver leaks a few bytes per lookup of "localhost" (LeakSanitizer);
+    // the system resolver does not. Set before gRPC initializes.
+    ::setenv("GRPC_DNS_RESOLVER", "native", 1);
     dir_ = std::filesystem::temp_directory_path() /
            ("fullband-grpc-test-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
