@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -243,7 +244,10 @@ int RunStatus(const std::vector<std::string>& args) {
                   Human(static_cast<double>(l.token_equivalents())).c_str(),
                   Human(l.flops()).c_str(), Duration(l.wall_seconds()).c_str());
       std::printf("  passes:");
-      for (const auto& [k, n] : l.pass_histogram()) {
+      // A proto map has no order; print by pass count.
+      const std::map<int64_t, int64_t> histogram(l.pass_histogram().begin(),
+                                                 l.pass_histogram().end());
+      for (const auto& [k, n] : histogram) {
         std::printf(" %lld×%lld", static_cast<long long>(n), static_cast<long long>(k));
       }
       std::printf("\n  wasted by restarts: %lld steps, %s tokens, %s FLOPs\n",

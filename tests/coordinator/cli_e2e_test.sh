@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The coordinator's commands end to end: `fullband coordinator` on a free loopback port, then
+# submit --wait (a job of fake_worker runs to completion), status [--json], a bad job file,
+# an unknown job, cancel, and a clean stop on SIGTERM.
+# Usage: cli_e2e_test.sh FULLBAND FAKE_WORKER
+set -euo pipefail
+fullband=$1
+fake_worker=$2
+dir=$(mktemp -d)
+coordinator_pid=
+cleanup() {
+  [[ -n $coordinator_pid ]] && kill "$coordinator_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+cat > "$dir/coordinator.yaml" <<YAML
+listen: 127.0.0.1:0
+store_dir: $dir/store
+jobs_dir: $dir/jobs
+tick_seconds: 0.05
+heartbeat_interval_seconds: 0.5
+direct_single_process: true
+YAML
+cat > "$dir/job.yaml" <<YAML
+model: {vocab_size: 512, eod_id: 0, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, ffn_dim: 128}
+data: {batch_size: 4, seq_len: 32}
+schedule:
+  phases: [{until: 0.5, mix: {1: 1.0}}, {until: 1.0, mix: {2: 1.0}}]
+budget: {kind: token_equivalents, amount: 5120}
+launcher:
+  command: [$fake_worker, --step-ms, "1", --checkpoint-every, "5", --ckpt-dir, $dir/ckpt]
+YAML
+printf 'parallel:\n  tp: 3\n' > "$dir/bad.yaml"
+
+# The coordinator prints its port on its first line; read it from a pipe (no polling).
+exec 3< <("$fullband" coordinator --config "$dir/coordinator.yaml" 2> "$dir/coordinator.err" & echo "pid $!"; wait)
+read -r -u 3 _ coordinator_pid
+read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
+port=${line##* }
+export FULLBAND_COORDINATOR=127.0.0.1:$port
+
+out=$("$fullband" submit "$dir/job.yaml" --wait) || fail "submit --wait: $out"
+job=$(head -1 <<< "$out")
+[[ $job == job-000001 ]] || fail "job id '$job'"
+tail -1 <<< "$out" | grep -q "COMPLETED" || fail "last line: $(tail -1 <<< "$out")"
+
+json=$("$fullband" status "$job" --json)
+grep -q '"state":"JOB_STATE_COMPLETED"' <<< "$json" || fail "status --json: $json"
+# 5120 token-equivalents, two passes from half of them: 20 one-pass steps (2560), then 10
+# two-pass steps (2560).
+grep -q '"steps":"30"' <<< "$json" || fail "ledger steps: $json"
+text=$("$fullband" status "$job")
+grep -q "passes: 20×1 10×2" <<< "$text" || fail "pass histogram: $text"
+
+set +e
+"$fullband" submit "$dir/bad.yaml" 2> "$dir/bad.err"; rc=$?
+set -e
+[[ $rc == 2 ]] || fail "bad job exit code $rc"
+grep -q "parallel.tp: 3 does not divide model.n_heads" "$dir/bad.err" || fail "$(cat "$dir/bad.err")"
+
+set +e
+"$fullband" status job-999999 2> "$dir/missing.err"; rc=$?
+set -e
+[[ $rc == 1 ]] || fail "unknown job exit code $rc"
+grep -q NOT_FOUND "$dir/missing.err" || fail "$(cat "$dir/missing.err")"
+
+second=$("$fullband" submit "$dir/job.yaml" --name second)
+"$fullband" cancel "$second" --reason "not needed" | grep -q "CANCELLED" || fail "cancel"
+"$fullband" status --all | grep -c "^job-" | grep -q '^2$' || fail "status --all"
+
+kill -TERM "$coordinator_pid"
+wait "$coordinator_pid" 2>/dev/null || true
+coordinator_pid=
+grep -q "stopping" "$dir/coordinator.err" || fail "no clean stop: $(cat "$dir/coordinator.err")"
+echo "cli_e2e_test: ok"
