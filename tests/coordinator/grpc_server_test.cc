@@ -267,5 +267,34 @@ TEST_F(GrpcServerTest, Metrics_RenderEveryJob) {
       << text;
 }
 
+TEST(ServiceConfig, Keys_AreReadWithDefaultsForTheRest) {
+  StatusOr<ServiceConfig> c = ParseServiceConfig(
+      "listen: 0.0.0.0:9000\nheartbeat_timeout_seconds: 120\ndirect_single_process: true\n",
+      "coordinator.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listen, "0.0.0.0:9000");
+  EXPECT_EQ(c->heartbeat_timeout_seconds, 120);
+  EXPECT_TRUE(c->direct_single_process);
+  EXPECT_EQ(c->heartbeat_interval_seconds, 10);
+  EXPECT_EQ(c->store_dir, "fullband-coordinator");
+  EXPECT_TRUE(ParseServiceConfig("", "empty.yaml").ok());
+}
+
+TEST(ServiceConfig, BadInput_NamesFileLineAndKey) {
+  const auto error = [](const char* yaml) {
+    return ParseServiceConfig(yaml, "coordinator.yaml").status().message();
+  };
+  EXPECT_EQ(error("listen: a\nlisen: b\n"), "coordinator.yaml:2: unknown key lisen");
+  EXPECT_EQ(error("tick_seconds: -1\n"),
+            "coordinator.yaml:1: tick_seconds: expected a number > 0, got '-1'");
+  EXPECT_EQ(error("direct_single_process: yes\n"),
+            "coordinator.yaml:1: direct_single_process: expected true or false, got 'yes'");
+  EXPECT_EQ(error("store_dir: [a]\n"),
+            "coordinator.yaml:1: store_dir: expected a string, got 'a collection'");
+  EXPECT_NE(error("heartbeat_interval_seconds: 90\n").find("must be below"), std::string::npos);
+  EXPECT_EQ(LoadServiceConfig("/nonexistent/coordinator.yaml").status().code(),
+            StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace fullband::coordinator
