@@ -489,7 +489,8 @@ StatusOr<LeaseResult> Coordinator::LeaseBatches(const std::string& job_id, uint6
   job->last_heartbeat = now;
   LeaseResult result;
   const int64_t total = job->plan.total_steps();
-  const int64_t end = std::min(total, from_step + count);
+  // from_step may be anything up to INT64_MAX: no sum before it is known to be small.
+  const int64_t end = from_step >= total ? total : std::min(total, from_step + count);
   for (int64_t step = from_step; step < end; ++step) result.steps.push_back(job->plan.Assign(step));
   result.budget_exhausted = end >= total;
   if (end > job->leased_until) {
@@ -508,7 +509,7 @@ StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
   FB_ASSIGN_OR_RETURN(Job * job, Find(r.job_id));
   FB_RETURN_IF_ERROR(CheckIncarnation(*job, r.incarnation));
   ReportResult result;
-  if (r.step >= job->leased_until) {
+  if (r.step >= job->leased_until || r.step >= job->plan.total_steps()) {
     return FailedPreconditionError("job " + r.job_id + ": step " + std::to_string(r.step) +
                                    " was never leased");
   }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "tests/coordinator/fakes.h"
 
@@ -195,6 +196,13 @@ TEST_F(CoordinatorTest, Lease_PastTheBudget_IsTruncatedAndSaysExhausted) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->steps.empty());
   EXPECT_TRUE(r->budget_exhausted);
+  r = coordinator_->LeaseBatches(id, 7, std::numeric_limits<int64_t>::max(), 1024);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->steps.empty());
+  EXPECT_EQ(coordinator_->GetJob(id)->leased_until, 20);
+  // A step past the budget was never leased, whatever was asked.
+  StepReport past = Report(id, 25);
+  EXPECT_EQ(coordinator_->ReportStep(past).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, Lease_BadRequests_ReturnTheirCodes) {
