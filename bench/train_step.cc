@@ -2,12 +2,15 @@
 // AdamW) on a named or given config; prints one JSON line:
 //   {"impl": "fullband", "config": "tiny", "passes": K, "recompute": "none",
 //    "tokens_per_s": …, "step_s_median": …, "peak_rss_mib": …, "mfu": …}
+// plus "cpu_s_median", the process's CPU seconds per step (all threads): on a shared machine
+// it moves less with the load than the wall time does.
 // Flags: --config tiny|small|FILE.yaml --passes K --recompute none|selective|full --steps N
 //        [--warmup W] [--threads N] [--peak-gflops X]
 // tiny: V=4096 D=256 L=4 H=4 T=256 B=8; small: V=100352 D=512 L=8 H=8 T=512 B=4 (Hkv = H,
 // F = 8D/3 rounded up to 64, no window). Tokens are random with an EOD every ~100. Run one
 // measurement per process: peak RSS is the process's.
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +59,12 @@ StatusOr<Named> LoadNamed(const std::string& name) {
   if (name == "small") return Preset(100352, 512, 8, 8, 512, 4);
   FB_ASSIGN_OR_RETURN(Config c, LoadConfigFile(name));
   return Named{c.model, c.data.batch_size, c.data.seq_len};
+}
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double PeakRssMib() {
@@ -118,7 +127,9 @@ int Run(const std::vector<std::string>& args) {
   so.jitter = named->model.jitter;
   so.prefix_mixin = named->model.prefix_mixin;
   int64_t step = 0;
+  std::vector<double> cpu_s;  // per step, warmup included
   const auto one_step = [&] {
+    const double cpu0 = ProcessCpuSeconds();
     so.seed = static_cast<uint64_t>(step);
     (*model)->ZeroGradients();
     StatusOr<worker::StepResult> r = (*model)->Step(tokens.data(), b, t, so);
@@ -126,9 +137,13 @@ int Run(const std::vector<std::string>& args) {
     (*opt)->Step((*model)->params(), (*model)->grads(), step, 1 << 30);
     be.Synchronize();
     ++step;
+    cpu_s.push_back(ProcessCpuSeconds() - cpu0);
   };
   const double median =
       MedianSeconds(one_step, static_cast<int>(*warmup), static_cast<int>(*steps));
+  std::vector<double> timed_cpu(cpu_s.begin() + *warmup, cpu_s.end());
+  std::sort(timed_cpu.begin(), timed_cpu.end());
+  const double cpu_median = timed_cpu[timed_cpu.size() / 2];
   double peak_gflops = *peak;
   if (peak_gflops <= 0) peak_gflops = worker::MeasurePeakGflops(be);
   const double flops = ModelFlopsPerToken(named->model, (*model)->table().CountParameters(), t) *
@@ -136,10 +151,11 @@ int Run(const std::vector<std::string>& args) {
   std::printf(
       "{\"impl\": \"fullband\", \"config\": \"%s\", \"passes\": %ld, \"recompute\": \"%s\", "
       "\"batch\": %ld, \"seq\": %ld, \"tokens_per_s\": %.1f, \"step_s_median\": %.5f, "
+      "\"cpu_s_median\": %.5f, "
       "\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"mfu\": %.4f, \"peak_gflops\": %.1f, "
       "\"backend\": \"%s\"}\n",
       config_name.c_str(), *passes, std::string(RecomputeName(*recompute)).c_str(), b, t,
-      static_cast<double>(b * t) / median, median, PeakRssMib(),
+      static_cast<double>(b * t) / median, median, cpu_median, PeakRssMib(),
       (*model)->activation_bytes() / 1048576.0, flops / median / (peak_gflops * 1e9), peak_gflops,
       be.name().c_str());
   return 0;
