@@ -4,7 +4,8 @@
 // writes an empty checkpoint directory every --checkpoint-every steps and commits it, and exits
 // 0 when the budget is spent. Faults for tests: --fail-at-step S reports a failure at step S,
 // --crash-at-step S exits with code 4 without a word; both only in attempts below
-// --faulty-attempts (default 1), so the relaunch finishes the job.
+// --faulty-attempts (default 1), so the relaunch finishes the job. Under mpirun, ranks other
+// than 0 exit at once.
 #include <unistd.h>
 
 #include <chrono>
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Under mpirun only rank 0 talks to the coordinator (DESIGN §2); the other ranks of this
+  // double have nothing to do.
+  if (EnvInt("OMPI_COMM_WORLD_RANK", 0) != 0) return 0;
   const char* job = std::getenv("FULLBAND_JOB_ID");
   if (job == nullptr) {
     std::fprintf(stderr, "fake_worker: FULLBAND_JOB_ID is not set\n");

@@ -67,8 +67,9 @@ class LaunchE2eTest : public ::testing::Test {
   }
 
   // Runs a 20-step job of fake_worker with `args` and returns it once it is finished.
-  proto::Job Run(const std::vector<std::string>& args) {
+  proto::Job Run(const std::vector<std::string>& args, int64_t dp = 1) {
     Config c = SmallTestConfig();
+    c.parallel.dp = dp;
     c.launcher.command = {FULLBAND_FAKE_WORKER,    "--step-ms", "2",
                           "--checkpoint-every",    "5",         "--ckpt-dir",
                           (dir_ / "ckpt").string()};
@@ -104,6 +105,17 @@ TEST_F(LaunchE2eTest, FakeWorker_RunsTheJobToCompletion) {
   EXPECT_EQ(job.committed_step(), 20);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "ckpt" / job.id() / "step-20" / "manifest.json"));
   EXPECT_TRUE(std::filesystem::exists(dir_ / "jobs" / job.id() / "attempt-0.out"));
+}
+
+TEST_F(LaunchE2eTest, TwoRanksUnderMpirun_RunTheJobToCompletion) {
+  const proto::Job job = Run({}, /*dp=*/2);
+  EXPECT_EQ(job.state(), proto::JOB_STATE_COMPLETED) << job.reason();
+  EXPECT_EQ(job.ledger().steps(), 20);
+  EXPECT_EQ(job.restarts(), 0);
+  std::ifstream err(dir_ / "jobs" / job.id() / "attempt-0.err");
+  std::string first_line;
+  std::getline(err, first_line);
+  EXPECT_NE(first_line.find("mpirun"), std::string::npos) << first_line;
 }
 
 TEST_F(LaunchE2eTest, ReportedFailure_RestartsFromTheCheckpoint) {
