@@ -177,16 +177,17 @@ struct Scratch {
 // tensors whose lifetimes are disjoint laid over the same bytes by Carver::Overlay():
 // - Forward-only tensors (h, branch, ng, logits, x0, x_top) over backward-only ones (dx, …,
 //   dg_fb): the first backward write follows the last forward read.
-// - In every layer, the attention backward's scratch (dog, dgate, dk, dv) over the FFN half
-//   (x_mid, m, g1, g3, s), which the FFN backward, run first, is the last to read. dout_att and
-//   dq live in dbranch and dxn, whose contents are dead when they are written. The FFN backward
-//   writes ds, dg1 and dg3 over s, g1 and g3 (each read for the last time just before).
+// - In every layer, the attention backward's scratch (dgate, dk, dv; dog too without the gate,
+//   with it dog overwrites og) over the FFN half (x_mid, m, g1, g3, s), which the FFN
+//   backward, run first, is the last to read. dout_att and dq live in dbranch and dxn, whose
+//   contents are dead when they are written. The FFN backward writes ds, dg1 and dg3 over s,
+//   g1 and g3 (each read for the last time just before).
 // - Under `full`, one LayerActs serves every layer and pass, and its attention half (with its
 //   gradient scratch) lies over its FFN half: the backward of a layer recomputes the attention
 //   half twice, once for x_mid and once after the FFN backward (Note [Recomputation]). The
 //   readout's logits chunk and the feedback input stage (value, u) lie there too, as they are
 //   used only between layers. x[0] and x[L] are recomputed in backward into du and dxn.
-// Pass 1 carves no feedback tensors. Nothing else is kept per pass or per layer.
+// Pass 1 carves no feedback tensors.
 // How much this saves: docs/PERF.md (training step).
 
 constexpr float kEps = 1e-6f;
