@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -353,31 +354,46 @@ Status RocksDbTokenStore::CheckRecord(int64_t index, std::string_view value, uin
 }
 
 Status RocksDbTokenStore::Read(std::span<const int64_t> indices, uint32_t* out) const {
-  const size_t count = indices.size();
-  std::vector<std::string> keys(count);
-  std::vector<rocksdb::Slice> slices(count);
-  for (size_t i = 0; i < count; ++i) {
-    if (indices[i] < 0 || indices[i] >= metadata_.num_sequences) {
-      return OutOfRangeError(path_ + ": sequence " + std::to_string(indices[i]) + " of " +
-                             std::to_string(metadata_.num_sequences));
-    }
-    keys[i] = Key(indices[i]);
-    slices[i] = keys[i];
-  }
-  std::vector<rocksdb::PinnableSlice> values(count);
-  std::vector<rocksdb::Status> statuses(count);
   // Each record carries its own checksum (Note [Record layout]), checked below; re-verifying
   // the table block around every record on each read would double the work.
   rocksdb::ReadOptions read;
   read.verify_checksums = false;
-  db_->MultiGet(read, handles_[0], count, slices.data(), values.data(), statuses.data());
   const size_t n = static_cast<size_t>(metadata_.seq_len + 1);
-  for (size_t i = 0; i < count; ++i) {
-    if (statuses[i].IsNotFound()) {
-      return DataLossError(path_ + ": sequence " + std::to_string(indices[i]) + " is missing");
+  // Groups of up to kGroup records, in key order (MultiGet then walks each table once), with
+  // every buffer on the stack.
+  constexpr size_t kGroup = 32;
+  for (size_t first = 0; first < indices.size(); first += kGroup) {
+    const size_t count = std::min(kGroup, indices.size() - first);
+    std::array<size_t, kGroup> order;
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t index = indices[first + i];
+      if (index < 0 || index >= metadata_.num_sequences) {
+        return OutOfRangeError(path_ + ": sequence " + std::to_string(index) + " of " +
+                               std::to_string(metadata_.num_sequences));
+      }
+      order[i] = first + i;
     }
-    FB_RETURN_IF_ERROR(FromRocks(statuses[i], path_ + ": sequence " + std::to_string(indices[i])));
-    FB_RETURN_IF_ERROR(CheckRecord(indices[i], values[i].ToStringView(), out + i * n));
+    std::sort(order.begin(), order.begin() + count,
+              [&](size_t x, size_t y) { return indices[x] < indices[y]; });
+    std::array<char[8], kGroup> keys;
+    std::array<rocksdb::Slice, kGroup> slices;
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t v = static_cast<uint64_t>(indices[order[i]]);
+      for (int b = 0; b < 8; ++b) keys[i][b] = static_cast<char>(v >> (56 - 8 * b));
+      slices[i] = rocksdb::Slice(keys[i], 8);
+    }
+    std::array<rocksdb::PinnableSlice, kGroup> values;
+    std::array<rocksdb::Status, kGroup> statuses;
+    db_->MultiGet(read, handles_[0], count, slices.data(), values.data(), statuses.data(),
+                  /*sorted_input=*/true);
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t index = indices[order[i]];
+      if (statuses[i].IsNotFound()) {
+        return DataLossError(path_ + ": sequence " + std::to_string(index) + " is missing");
+      }
+      FB_RETURN_IF_ERROR(FromRocks(statuses[i], path_ + ": sequence " + std::to_string(index)));
+      FB_RETURN_IF_ERROR(CheckRecord(index, values[i].ToStringView(), out + order[i] * n));
+    }
   }
   return OkStatus();
 }
