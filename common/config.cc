@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -10,6 +11,38 @@
 
 namespace fullband {
 namespace {
+
+// The one table of names per enum field: YAML reads and writes them, the *Name functions
+// return them, and a bad value's error lists them.
+template <typename E, size_t N>
+using NameTable = std::array<std::pair<E, std::string_view>, N>;
+
+constexpr NameTable<FeedbackLoss, 2> kFeedbackLossNames{
+    {{FeedbackLoss::kMean, "mean"}, {FeedbackLoss::kSum, "sum"}}};
+constexpr NameTable<FeedbackState, 2> kFeedbackStateNames{
+    {{FeedbackState::kPostNorm, "post_norm"}, {FeedbackState::kPreNorm, "pre_norm"}}};
+constexpr NameTable<Recompute, 3> kRecomputeNames{
+    {{Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}}};
+constexpr NameTable<BudgetKind, 3> kBudgetKindNames{
+    {{BudgetKind::kTokens, "tokens"},
+     {BudgetKind::kTokenEquivalents, "token_equivalents"},
+     {BudgetKind::kFlops, "flops"}}};
+constexpr NameTable<LauncherKind, 2> kLauncherKindNames{
+    {{LauncherKind::kLocal, "local"}, {LauncherKind::kSlurm, "slurm"}}};
+
+constexpr const auto& EnumNames(FeedbackLoss) { return kFeedbackLossNames; }
+constexpr const auto& EnumNames(FeedbackState) { return kFeedbackStateNames; }
+constexpr const auto& EnumNames(Recompute) { return kRecomputeNames; }
+constexpr const auto& EnumNames(BudgetKind) { return kBudgetKindNames; }
+constexpr const auto& EnumNames(LauncherKind) { return kLauncherKindNames; }
+
+template <typename E>
+std::string_view NameOf(E v) {
+  for (const auto& [value, name] : EnumNames(v)) {
+    if (value == v) return name;
+  }
+  return "?";
+}
 
 // The one table of model fields: every load, dump and comparison walks it.
 template <typename M, typename Visitor>
@@ -198,32 +231,23 @@ class FieldReader {
     }
     return OkStatus();
   }
-  Status Read(const YAML::Node& node, const std::string& path, FeedbackLoss& out) {
-    if (node.IsScalar() && node.Scalar() == "mean") {
-      out = FeedbackLoss::kMean;
-    } else if (node.IsScalar() && node.Scalar() == "sum") {
-      out = FeedbackLoss::kSum;
-    } else {
-      return Error(node, path, "one of mean, sum");
+  // Every enum field: its name in the enum's table (EnumNames below).
+  template <typename E>
+  requires std::is_enum_v<E> Status Read(const YAML::Node& node, const std::string& path, E& out) {
+    const std::string v = node.IsScalar() ? node.Scalar() : "";
+    std::string choices;
+    for (const auto& [value, name] : EnumNames(E{})) {
+      if (v == name) {
+        out = value;
+        return OkStatus();
+      }
+      choices += (choices.empty() ? "" : ", ") + std::string(name);
     }
-    return OkStatus();
+    return Error(node, path, "one of " + choices);
   }
   Status Read(const YAML::Node& node, const std::string& path, std::string& out) {
     if (!node.IsScalar()) return Error(node, path, "a string");
     out = node.Scalar();
-    return OkStatus();
-  }
-  Status Read(const YAML::Node& node, const std::string& path, Recompute& out) {
-    const std::string v = node.IsScalar() ? node.Scalar() : "";
-    if (v == "none") {
-      out = Recompute::kNone;
-    } else if (v == "selective") {
-      out = Recompute::kSelective;
-    } else if (v == "full") {
-      out = Recompute::kFull;
-    } else {
-      return Error(node, path, "one of none, selective, full");
-    }
     return OkStatus();
   }
   // phases: [{until: 0.75, mix: {1: 1.0}}, ...]
@@ -287,30 +311,6 @@ class FieldReader {
     out = std::move(sources);
     return OkStatus();
   }
-  Status Read(const YAML::Node& node, const std::string& path, BudgetKind& out) {
-    const std::string v = node.IsScalar() ? node.Scalar() : "";
-    if (v == "tokens") {
-      out = BudgetKind::kTokens;
-    } else if (v == "token_equivalents") {
-      out = BudgetKind::kTokenEquivalents;
-    } else if (v == "flops") {
-      out = BudgetKind::kFlops;
-    } else {
-      return Error(node, path, "one of tokens, token_equivalents, flops");
-    }
-    return OkStatus();
-  }
-  Status Read(const YAML::Node& node, const std::string& path, LauncherKind& out) {
-    const std::string v = node.IsScalar() ? node.Scalar() : "";
-    if (v == "local") {
-      out = LauncherKind::kLocal;
-    } else if (v == "slurm") {
-      out = LauncherKind::kSlurm;
-    } else {
-      return Error(node, path, "one of local, slurm");
-    }
-    return OkStatus();
-  }
   // command: [fullband, train]
   Status Read(const YAML::Node& node, const std::string& path, std::vector<std::string>& out) {
     if (!node.IsSequence()) return Error(node, path, "a list of strings");
@@ -321,16 +321,6 @@ class FieldReader {
       items.push_back(std::move(item));
     }
     out = std::move(items);
-    return OkStatus();
-  }
-  Status Read(const YAML::Node& node, const std::string& path, FeedbackState& out) {
-    if (node.IsScalar() && node.Scalar() == "post_norm") {
-      out = FeedbackState::kPostNorm;
-    } else if (node.IsScalar() && node.Scalar() == "pre_norm") {
-      out = FeedbackState::kPreNorm;
-    } else {
-      return Error(node, path, "one of post_norm, pre_norm");
-    }
     return OkStatus();
   }
 
@@ -346,10 +336,8 @@ struct FieldWriter {
   template <typename T>
   void operator()(const char* name, const T& value) {
     out << YAML::Key << name << YAML::Value;
-    if constexpr (std::is_same_v<T, FeedbackLoss>) {
-      out << std::string(FeedbackLossName(value));
-    } else if constexpr (std::is_same_v<T, Recompute>) {
-      out << std::string(RecomputeName(value));
+    if constexpr (std::is_enum_v<T>) {
+      out << std::string(NameOf(value));
     } else if constexpr (std::is_same_v<T, std::vector<SchedulePhase>>) {
       out << YAML::BeginSeq;
       for (const SchedulePhase& p : value) {
@@ -370,12 +358,6 @@ struct FieldWriter {
             << YAML::EndMap;
       }
       out << YAML::EndSeq;
-    } else if constexpr (std::is_same_v<T, FeedbackState>) {
-      out << std::string(FeedbackStateName(value));
-    } else if constexpr (std::is_same_v<T, BudgetKind>) {
-      out << std::string(BudgetKindName(value));
-    } else if constexpr (std::is_same_v<T, LauncherKind>) {
-      out << std::string(LauncherKindName(value));
     } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
       out << YAML::Flow << YAML::BeginSeq;
       for (const std::string& item : value) out << YAML::DoubleQuoted << item;
@@ -394,38 +376,11 @@ Status Field(const char* name, const std::string& why) {
 
 }  // namespace
 
-std::string_view FeedbackLossName(FeedbackLoss v) {
-  return v == FeedbackLoss::kMean ? "mean" : "sum";
-}
-std::string_view FeedbackStateName(FeedbackState v) {
-  return v == FeedbackState::kPostNorm ? "post_norm" : "pre_norm";
-}
-std::string_view RecomputeName(Recompute v) {
-  switch (v) {
-    case Recompute::kNone:
-      return "none";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "?";
-}
-
-std::string_view BudgetKindName(BudgetKind v) {
-  switch (v) {
-    case BudgetKind::kTokens:
-      return "tokens";
-    case BudgetKind::kTokenEquivalents:
-      return "token_equivalents";
-    case BudgetKind::kFlops:
-      return "flops";
-  }
-  return "?";
-}
-std::string_view LauncherKindName(LauncherKind v) {
-  return v == LauncherKind::kLocal ? "local" : "slurm";
-}
+std::string_view FeedbackLossName(FeedbackLoss v) { return NameOf(v); }
+std::string_view FeedbackStateName(FeedbackState v) { return NameOf(v); }
+std::string_view RecomputeName(Recompute v) { return NameOf(v); }
+std::string_view BudgetKindName(BudgetKind v) { return NameOf(v); }
+std::string_view LauncherKindName(LauncherKind v) { return NameOf(v); }
 
 Status ModelConfig::Validate() const {
   const auto positive = [](const char* name, int64_t v) -> Status {
