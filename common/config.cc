@@ -199,6 +199,22 @@ class FieldReader {
   }
 
  private:
+  // A list entry that is a mapping: only `keys` may appear, and `required` must.
+  Status CheckEntry(const YAML::Node& entry, const std::string& here,
+                    std::initializer_list<std::string_view> keys, std::string_view required) {
+    for (const auto& kv : entry) {
+      const std::string key = kv.first.as<std::string>();
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
+                                    key);
+      }
+    }
+    if (!entry[std::string(required)]) {
+      return InvalidArgumentError(Where(source_, entry) + ": " + here + "." +
+                                  std::string(required) + " is required");
+    }
+    return OkStatus();
+  }
   Status Error(const YAML::Node& node, const std::string& path, const std::string& what) {
     return InvalidArgumentError(Where(source_, node) + ": " + path + ": expected " + what +
                                 ", got " + Describe(node));
@@ -259,15 +275,7 @@ class FieldReader {
       const std::string here = path + "[" + std::to_string(i) + "]";
       if (!ph.IsMap()) return Error(ph, here, "a mapping {until, mix}");
       SchedulePhase phase;
-      for (const auto& kv : ph) {
-        const std::string key = kv.first.as<std::string>();
-        if (key != "until" && key != "mix") {
-          return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
-                                      key);
-        }
-      }
-      if (!ph["until"])
-        return InvalidArgumentError(Where(source_, ph) + ": " + here + ".until is required");
+      FB_RETURN_IF_ERROR(CheckEntry(ph, here, {"until", "mix"}, "until"));
       FB_RETURN_IF_ERROR(Read(ph["until"], here + ".until", phase.until));
       const YAML::Node mix = ph["mix"];
       if (!mix || !mix.IsMap() || mix.size() == 0) {
@@ -294,15 +302,7 @@ class FieldReader {
       const YAML::Node src = node[i];
       const std::string here = path + "[" + std::to_string(i) + "]";
       if (!src.IsMap()) return Error(src, here, "a mapping {store, weight}");
-      for (const auto& kv : src) {
-        const std::string key = kv.first.as<std::string>();
-        if (key != "store" && key != "weight") {
-          return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
-                                      key);
-        }
-      }
-      if (!src["store"])
-        return InvalidArgumentError(Where(source_, src) + ": " + here + ".store is required");
+      FB_RETURN_IF_ERROR(CheckEntry(src, here, {"store", "weight"}, "store"));
       DataSource s;
       FB_RETURN_IF_ERROR(Read(src["store"], here + ".store", s.store));
       if (src["weight"]) FB_RETURN_IF_ERROR(Read(src["weight"], here + ".weight", s.weight));
