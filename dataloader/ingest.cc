@@ -266,7 +266,7 @@ class DocumentReader {
       FB_ASSIGN_OR_RETURN(more, src_->Read(&carry, block));
       size_t used = 0;
       if (input_.jsonl) {
-        FB_ASSIGN_OR_RETURN(used, TakeLines(carry, !more));
+        used = TakeLines(carry, !more);
       } else {
         // A whole text file is one document; cut it where encoding may restart.
         const size_t cut = more ? LastBreak(carry) : carry.size();
@@ -301,7 +301,7 @@ class DocumentReader {
 
   // Takes the complete lines of `buf` as documents (parsed later, in parallel); returns the
   // bytes used.
-  StatusOr<size_t> TakeLines(std::string_view buf, bool at_end) {
+  size_t TakeLines(std::string_view buf, bool at_end) {
     size_t at = 0;
     while (at < buf.size()) {
       size_t nl = buf.find('\n', at);

@@ -27,7 +27,6 @@ class BatchSource {
     const DataConfig& d = config.data;
     std::unique_ptr<BatchSource> src(new BatchSource);
     src->batch_ = d.batch_size;
-    src->seq_len_ = d.seq_len;
     if (!d.path.empty()) {
       FB_ASSIGN_OR_RETURN(TokenFile file,
                           TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
@@ -86,7 +85,7 @@ class BatchSource {
 
  private:
   BatchSource() = default;
-  int64_t batch_ = 0, seq_len_ = 0;
+  int64_t batch_ = 0;
   uint64_t seed_ = 0;
   std::unique_ptr<TokenFile> file_;
   std::vector<std::unique_ptr<dataloader::RocksDbTokenStore>> stores_;
