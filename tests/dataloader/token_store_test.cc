@@ -51,26 +51,35 @@ class TokenStoreTest : public ::testing::Test {
     ASSERT_TRUE((*w)->Close().ok());
   }
 
-  // Overwrites a record's value behind the store's back.
-  void Tamper(int64_t index, const std::function<void(std::string*)>& edit) {
+  // Runs `fn` on the store opened as a plain RocksDB database, behind the store's back;
+  // handles are [default, sequences, meta].
+  void WithRawDb(const std::function<void(rocksdb::DB*,
+                                          const std::vector<rocksdb::ColumnFamilyHandle*>&)>& fn) {
     rocksdb::Options options;
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
         {rocksdb::kDefaultColumnFamilyName, options}, {"sequences", options}, {"meta", options}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(options, path_, families, &handles, &db).ok());
-    std::string key(8, '\0');
-    key[7] = static_cast<char>(index);
-    std::string value;
-    if (edit) {
-      ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), handles[1], key, &value).ok());
-      edit(&value);
-      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], key, value).ok());
-    } else {
-      ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[1], key).ok());
-    }
+    fn(db, handles);
     for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
     delete db;
+  }
+
+  // Overwrites (or, without `edit`, deletes) a record's value.
+  void Tamper(int64_t index, const std::function<void(std::string*)>& edit) {
+    WithRawDb([&](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
+      std::string key(8, '\0');
+      key[7] = static_cast<char>(index);
+      std::string value;
+      if (edit) {
+        ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), handles[1], key, &value).ok());
+        edit(&value);
+        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], key, value).ok());
+      } else {
+        ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[1], key).ok());
+      }
+    });
   }
 
   std::string dir_, path_;
@@ -302,17 +311,9 @@ TEST_F(TokenStoreTest, OtherSeqLenOrTokenizer_IsRefusedByTheWriter) {
 
 TEST_F(TokenStoreTest, MissingSourceRecord_IsDataLoss) {
   WriteStore(2);
-  {
-    rocksdb::Options options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, options}, {"sequences", options}, {"meta", options}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, path_, families, &handles, &db).ok());
+  WithRawDb([](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
     ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[2], "source/000000000000").ok());
-    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-    delete db;
-  }
+  });
   const Status s = RocksDbTokenStore::Open(path_).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("metadata names 1 sources, the store holds 0"), std::string::npos)
