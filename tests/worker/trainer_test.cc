@@ -78,7 +78,8 @@ TEST(TokenFile, Epoch_VisitsEverySequenceOnce_AndTheSeedFixesTheOrder) {
 }
 
 // Real prose: the license texts every Debian system ships, bytes as token ids.
-std::string LicenseTokens() {
+// `name`: the file under the test temp dir; tests that CTest may run at once use different ones.
+std::string LicenseTokens(const std::string& name) {
   std::vector<uint32_t> ids;
   DIR* dir = opendir("/usr/share/common-licenses");
   if (dir == nullptr) return "";
@@ -94,7 +95,7 @@ std::string LicenseTokens() {
     for (unsigned char c : text) ids.push_back(c);
     ids.push_back(256);  // EOD
   }
-  return ids.size() > 100000 ? WriteTokens(ids, "licenses.bin") : "";
+  return ids.size() > 100000 ? WriteTokens(ids, name) : "";
 }
 
 Config SmallConfig() {
@@ -122,7 +123,7 @@ Config SmallConfig() {
 }
 
 TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
-  const std::string path = LicenseTokens();
+  const std::string path = LicenseTokens("licenses.bin");
   if (path.empty()) GTEST_SKIP() << "/usr/share/common-licenses not found";
   Config c = SmallConfig();
   c.data.path = path;
@@ -150,7 +151,7 @@ TEST(Trainer, RealText_LossOfEveryPassCountFalls) {
 
 // The license bytes packed into a token store of records of 65 tokens, as ingest would.
 std::string LicenseStore(const std::string& name) {
-  const std::string file = LicenseTokens();
+  const std::string file = LicenseTokens("licenses-for-store.bin");
   if (file.empty()) return "";
   std::ifstream in(file, std::ios::binary);
   std::vector<uint32_t> ids;
