@@ -3,6 +3,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <xxhash.h>
@@ -22,6 +23,11 @@ constexpr const char* kSequencesFamily = "sequences";
 constexpr const char* kMetaFamily = "meta";
 constexpr const char* kMetadataKey = "metadata";
 constexpr const char* kIngestKey = "ingest";
+// Tables being written by TokenStoreWriter (Note [Ingest commit]); RocksDB ignores files of
+// names it did not make.
+constexpr std::string_view kTablePrefix = "fullband-ingest-";
+// Past every record key.
+const std::string kEndKey(9, '\xff');
 
 // Note [Record layout]: key = the index as 8 bytes big-endian (so keys sort by index); value =
 // (S + 1) little-endian uint32 ids followed by the little-endian XXH3-64 of those id bytes
@@ -453,6 +459,11 @@ TokenStoreWriter::TokenStoreWriter(std::string path, rocksdb::DB* db,
 
 TokenStoreWriter::~TokenStoreWriter() {
   if (!closed_) Close().IgnoreError();
+  if (table_) {  // Close failed before adding it
+    table_.reset();
+    std::error_code ec;
+    std::filesystem::remove(table_path_, ec);
+  }
   for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   delete db_;
 }
@@ -463,7 +474,6 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
   rocksdb::Options options = StoreOptions(/*reader=*/false);
   options.create_if_missing = true;
   options.create_missing_column_families = true;
-  options.write_buffer_size = 64 << 20;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   FB_RETURN_IF_ERROR(
@@ -497,11 +507,27 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
                      std::to_string(identity.vocab_size));
     }
   }
-  // Records past the committed count belong to an ingest that never committed.
+  // A table an ingest was writing when it stopped holds nothing committed.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    if (e.path().filename().string().starts_with(kTablePrefix)) {
+      std::filesystem::remove(e.path(), ec);
+    }
+  }
+  // Records past the committed count belong to an ingest that stopped between adding its
+  // table and committing. Deleting them leaves a range tombstone that tables added later
+  // overlap, so Close compacts.
   rocksdb::WriteBatch batch;
-  FB_RETURN_IF_ERROR(FromRocks(batch.DeleteRange(handles[1], Key(w->metadata_.num_sequences),
-                                                 std::string(8, '\xff') + '\xff'),
-                               path));
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[1]));
+    it->Seek(Key(w->metadata_.num_sequences));
+    FB_RETURN_IF_ERROR(FromRocks(it->status(), path + ": looking for uncommitted records"));
+    if (it->Valid()) {
+      FB_RETURN_IF_ERROR(
+          FromRocks(batch.DeleteRange(handles[1], Key(w->metadata_.num_sequences), kEndKey), path));
+      w->compact_at_close_ = true;
+    }
+  }
   FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles[2], kIngestKey, description), path));
   FB_RETURN_IF_ERROR(
       FromRocks(batch.Put(handles[2], kMetadataKey, w->metadata_.ToJson(false)), path));
@@ -519,16 +545,34 @@ bool TokenStoreWriter::HasSource(const std::string& xxh64) const {
 Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
   const int64_t n = metadata_.seq_len + 1;
   FB_CHECK_EQ(tokens.size() % static_cast<size_t>(n), 0u);
-  rocksdb::WriteBatch batch;
-  std::string value;
+  if (tokens.empty()) return OkStatus();
+  if (!table_) {
+    table_path_ = (std::filesystem::path(path_) /
+                   (std::string(kTablePrefix) + std::to_string(tables_++) + ".sst"))
+                      .string();
+    table_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
+                                                      StoreOptions(/*reader=*/false), handles_[0],
+                                                      /*invalidate_page_cache=*/false);
+    FB_RETURN_IF_ERROR(FromRocks(table_->Open(table_path_), table_path_));
+  }
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n)) {
     const int64_t index = metadata_.num_sequences + appended_;
-    EncodeRecord(index, tokens.data() + at, n, &value);
-    FB_RETURN_IF_ERROR(FromRocks(batch.Put(handles_[0], Key(index), value), path_));
+    EncodeRecord(index, tokens.data() + at, n, &value_);
+    FB_RETURN_IF_ERROR(FromRocks(table_->Put(Key(index), value_), table_path_));
     ++appended_;
   }
-  // Not synced: Commit's synced write makes everything before it durable (one WAL, in order).
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), path_ + ": appending records");
+  return OkStatus();
+}
+
+Status TokenStoreWriter::AddTable() {
+  if (!table_) return OkStatus();
+  std::unique_ptr<rocksdb::SstFileWriter> table = std::move(table_);
+  FB_RETURN_IF_ERROR(FromRocks(table->Finish(), table_path_));  // synced
+  rocksdb::IngestExternalFileOptions add;
+  add.move_files = true;           // a hard link into the store, no copy
+  add.write_global_seqno = false;  // the sequence number lives in the MANIFEST
+  return FromRocks(db_->IngestExternalFile(handles_[0], {table_path_}, add),
+                   path_ + ": adding " + table_path_);
 }
 
 Status TokenStoreWriter::Commit(std::vector<uint32_t> tail,
@@ -543,6 +587,7 @@ Status TokenStoreWriter::Commit(std::vector<uint32_t> tail,
   next.num_tokens =
       next.num_sequences * (next.seq_len + 1) + static_cast<int64_t>(next.tail.size());
   FB_RETURN_IF_ERROR(next.CheckConsistent(path_ + " (commit)"));
+  FB_RETURN_IF_ERROR(AddTable());
   // The new source records and the metadata that counts them, in one synced write.
   rocksdb::WriteBatch batch;
   for (size_t i = metadata_.sources.size(); i < next.sources.size(); ++i) {
@@ -562,10 +607,14 @@ Status TokenStoreWriter::Commit(std::vector<uint32_t> tail,
 Status TokenStoreWriter::RollbackTo(int64_t mark) {
   FB_CHECK(mark >= 0 && mark <= appended_) << "rollback mark " << mark << " of " << appended_;
   if (appended_ == mark) return OkStatus();
+  // A table cannot drop keys: add it, then delete its records past the mark (rare: a failing
+  // input). Later tables overlap the tombstone, so Close compacts.
+  FB_RETURN_IF_ERROR(AddTable());
   const rocksdb::Status s =
       db_->DeleteRange(rocksdb::WriteOptions(), handles_[0], Key(metadata_.num_sequences + mark),
                        Key(metadata_.num_sequences + appended_));
   appended_ = mark;
+  compact_at_close_ = true;
   return FromRocks(s, path_ + ": rolling back");
 }
 
@@ -576,7 +625,7 @@ Status TokenStoreWriter::Close() {
   rocksdb::WriteOptions sync;
   sync.sync = true;
   FB_RETURN_IF_ERROR(FromRocks(db_->Delete(sync, handles_[1], kIngestKey), path_ + ": closing"));
-  // One sorted run: readers then search a single level.
+  if (!compact_at_close_) return OkStatus();  // the tables already form one sorted run
   rocksdb::CompactRangeOptions compact;
   compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
   return FromRocks(db_->CompactRange(compact, handles_[0], nullptr, nullptr),

@@ -19,6 +19,7 @@
 
 namespace rocksdb {
 class DB;
+class SstFileWriter;
 class ColumnFamilyHandle;
 }  // namespace rocksdb
 
@@ -160,10 +161,12 @@ class TokenStoreWriter {
   const StoreMetadata& metadata() const { return metadata_; }
   bool HasSource(const std::string& xxh64) const;
 
-  // Appends full records ((n, S + 1) tokens) after the last one; not yet visible to readers.
+  // Appends full records ((n, S + 1) tokens) after the last one, to a table file outside the
+  // store until the next Commit.
   Status Append(std::span<const uint32_t> tokens);
-  // Makes everything appended so far, `tail`, and the new `sources` durable and visible in one
-  // synced write. Documents and tokens are added to the counts.
+  // Makes everything appended so far, `tail`, and the new `sources` durable and visible: adds
+  // the table (synced) to the store, then writes the metadata in one synced write. Documents
+  // and tokens are added to the counts.
   Status Commit(std::vector<uint32_t> tail, const std::vector<StoreSource>& sources);
   // Records appended since the last commit: a mark for RollbackTo.
   int64_t appended() const { return appended_; }
@@ -176,6 +179,8 @@ class TokenStoreWriter {
  private:
   TokenStoreWriter(std::string path, rocksdb::DB* db,
                    std::vector<rocksdb::ColumnFamilyHandle*> handles);
+  // Adds the table being written, if any, to the store (its records stay uncommitted).
+  Status AddTable();
 
   std::string path_;
   rocksdb::DB* db_;
@@ -183,6 +188,12 @@ class TokenStoreWriter {
   StoreMetadata metadata_;                  // as committed
   std::unordered_set<std::string> hashes_;  // of metadata_.sources
   int64_t appended_ = 0;  // records written past metadata_.num_sequences, not committed
+  // Appended records go into a table file (SST) that Commit adds to the store whole.
+  std::unique_ptr<rocksdb::SstFileWriter> table_;
+  std::string table_path_;
+  int tables_ = 0;                 // written by this writer, for file names
+  std::string value_;              // a record's value, reused
+  bool compact_at_close_ = false;  // a range delete overlaps the tables
   bool closed_ = false;
 };
 

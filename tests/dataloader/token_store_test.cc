@@ -82,6 +82,15 @@ class TokenStoreTest : public ::testing::Test {
     });
   }
 
+  // Table files an ingest writes before adding them to the store.
+  int TableFiles() const {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) {
+      n += e.path().filename().string().starts_with("fullband-ingest-");
+    }
+    return n;
+  }
+
   std::string dir_, path_;
 };
 
@@ -267,12 +276,14 @@ TEST_F(TokenStoreTest, CrashedIngest_OpensAsThePreviousCommitAndIsReportedUnfini
   EXPECT_NE((*store)->unfinished_ingest().find("big.jsonl"), std::string::npos);
   auto report = (*store)->Verify(nullptr);
   EXPECT_EQ(report->bad_records, 0);
-  EXPECT_EQ(report->extra_records, 3);
+  EXPECT_EQ(report->extra_records, 0);  // the appended records never reached the store
   store->reset();
+  EXPECT_EQ(TableFiles(), 1);  // the table being written when the ingest died
 
   // The next ingest drops the leftovers and continues from the committed count.
   auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
   ASSERT_TRUE(w.ok());
+  EXPECT_EQ(TableFiles(), 0);
   ASSERT_TRUE((*w)->Append(Records(5, 2)).ok());
   ASSERT_TRUE((*w)->Commit({}, {Source("b", 2 * 8 - 3)}).ok());
   ASSERT_TRUE((*w)->Close().ok());
@@ -283,6 +294,59 @@ TEST_F(TokenStoreTest, CrashedIngest_OpensAsThePreviousCommitAndIsReportedUnfini
   auto clean = (*after)->Verify(nullptr);
   EXPECT_EQ(clean->extra_records, 0);
   EXPECT_EQ(clean->bad_records, 0);
+}
+
+TEST_F(TokenStoreTest, RecordsPastTheCommittedCount_AreIgnoredThenDroppedByTheNextIngest) {
+  // What an ingest leaves that stopped after adding its table and before committing.
+  WriteStore(5);
+  WithRawDb([&](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
+    for (char index : {5, 6}) {
+      const std::string key = std::string(7, '\0') + index;
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], key, "left over").ok());
+    }
+  });
+  {
+    auto store = RocksDbTokenStore::Open(path_);
+    EXPECT_EQ((*store)->num_sequences(), 5);
+    EXPECT_EQ((*store)->Verify(nullptr)->extra_records, 2);
+  }
+  auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append(Records(5, 1)).ok());
+  ASSERT_TRUE((*w)->Commit({}, {Source("b", 8 - 3)}).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  w->reset();
+  auto store = RocksDbTokenStore::Open(path_);
+  EXPECT_EQ((*store)->num_sequences(), 6);
+  auto report = (*store)->Verify(nullptr);
+  EXPECT_EQ(report->bad_records, 0);
+  EXPECT_EQ(report->extra_records, 0);  // record 6 is gone, record 5 is the new one
+  std::vector<uint32_t> out(8);
+  const int64_t index = 5;
+  ASSERT_TRUE((*store)->Read({&index, 1}, out.data()).ok());
+  EXPECT_EQ(out, Records(5, 1));
+}
+
+TEST_F(TokenStoreTest, Rollback_AfterAppends_ThenAppendsAgain) {
+  WriteStore(3);
+  auto w = TokenStoreWriter::Open(path_, Ident(), "{}");
+  ASSERT_TRUE((*w)->Append(Records(3, 2)).ok());
+  const int64_t mark = (*w)->appended();
+  ASSERT_TRUE((*w)->Append(std::vector<uint32_t>(3 * 8, 999)).ok());  // a failing input's
+  ASSERT_TRUE((*w)->RollbackTo(mark).ok());
+  ASSERT_TRUE((*w)->Append(Records(5, 1)).ok());
+  ASSERT_TRUE((*w)->Commit({}, {Source("b", 3 * 8 - 3)}).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  w->reset();
+  auto store = RocksDbTokenStore::Open(path_);
+  EXPECT_EQ((*store)->num_sequences(), 6);
+  auto report = (*store)->Verify(nullptr);
+  EXPECT_EQ(report->bad_records, 0);
+  EXPECT_EQ(report->extra_records, 0);
+  std::vector<uint32_t> out(3 * 8);
+  const std::vector<int64_t> indices = {3, 4, 5};
+  ASSERT_TRUE((*store)->Read(indices, out.data()).ok());
+  EXPECT_EQ(out, Records(3, 3));
 }
 
 TEST_F(TokenStoreTest, Rollback_DropsUncommittedRecords) {
