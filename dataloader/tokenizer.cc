@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -334,6 +335,8 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   const std::string contents = std::move(buffer).str();
 
   Tokenizer t;
+  static std::atomic<uint64_t> loaded{0};
+  t.id_ = ++loaded;  // Note [Piece cache]
   t.hash_ = Sha256Hex(contents);
   std::vector<std::string> tokens(kNumRanks);
   std::vector<bool> seen(kNumRanks, false);
@@ -542,9 +545,12 @@ void Tokenizer::MergeLarge(const unsigned char* p, size_t n, std::vector<uint32_
 
 // Note [Piece cache]
 // Real text repeats the pieces that need merging (identifiers, rare words), and each merge
-// step's table lookups miss the CPU caches. Each Encode call keeps a small direct-mapped cache
-// from short pieces to their ids, allocated once the call has merged a few pieces; it is
-// private to the call, so the Tokenizer stays immutable and thread-safe.
+// step's table lookups miss the CPU caches. Each thread keeps a small direct-mapped cache from
+// short pieces to their ids, allocated once the thread has merged a few pieces, and keeps it
+// across calls for the same loaded tokenizer (`id_`; another one clears it). The tokenizer
+// stays immutable and thread-safe. A cache per call instead would allocate and clear 128 KB
+// for every document, and with threads the page faults and unmaps of those blocks held up
+// every core (two threads encoded 1.55× as much as one; 1.9× with the cache kept).
 struct Tokenizer::PieceCache {
   static constexpr size_t kEntries = 2048;
   static constexpr size_t kMaxBytes = 26;
@@ -557,8 +563,18 @@ struct Tokenizer::PieceCache {
     uint32_t ids[kMaxIds];
   };
   std::unique_ptr<Entry[]> entries;
-  int merges_before_use = 32;  // short texts never pay for the allocation
+  int merges_before_use = 32;  // threads that encode a little never pay for the allocation
+  uint64_t owner = 0;          // the id_ of the tokenizer the entries belong to
 };
+
+Tokenizer::PieceCache* Tokenizer::ThreadCache() const {
+  thread_local PieceCache cache;
+  if (cache.owner != id_) {
+    cache.owner = id_;
+    if (cache.entries) std::fill_n(cache.entries.get(), PieceCache::kEntries, PieceCache::Entry());
+  }
+  return &cache;
+}
 
 void Tokenizer::EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
                             std::vector<uint32_t>* out) const {
@@ -628,7 +644,7 @@ void Tokenizer::Encode(std::string_view text, bool allow_special, std::vector<ui
     if (stats != nullptr) stats->replaced += replaced;
     text = replaced_text;
   }
-  PieceCache cache;
+  PieceCache& cache = *ThreadCache();
   if (!allow_special) {
     EncodeOrdinary(text, &cache, out);
     return;

@@ -75,7 +75,8 @@ class Tokenizer {
     }
   }
   void InsertPair(uint32_t left, uint32_t right, uint32_t merged);
-  struct PieceCache;  // Note [Piece cache]
+  struct PieceCache;                // Note [Piece cache]
+  PieceCache* ThreadCache() const;  // this thread's, emptied if another tokenizer filled it
   // Appends the ids of one piece of the split (valid UTF-8 bytes).
   void EncodePiece(const unsigned char* p, size_t n, PieceCache* cache,
                    std::vector<uint32_t>* out) const;
@@ -98,6 +99,7 @@ class Tokenizer {
   size_t max_token_len_ = 0;
   std::unordered_map<std::string, uint32_t> specials_;  // text -> id, all 96
   std::string hash_;
+  uint64_t id_ = 0;  // distinct for each Load, shared by copies: keys the piece caches
 };
 
 }  // namespace fullband::dataloader

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -301,6 +302,55 @@ class RanksFileTest : public ::testing::Test {
   }
   std::string contents_;
 };
+
+// Each thread keeps merged pieces cached across calls (Note [Piece cache]); a second tokenizer
+// with other ranks must not see the first one's entries, nor the first the second's.
+TEST_F(RanksFileTest, PieceCache_IsNotSharedBetweenTokenizers) {
+  std::mt19937 rng(7);
+  std::string text;  // words that need merging, each twice, so the second is a cache hit
+  for (int i = 0; i < 300; ++i) {
+    std::string word = " ";
+    for (int k = 0; k < 9; ++k) word += static_cast<char>('a' + rng() % 26);
+    text += word + word;
+  }
+  auto encode = [&](const Tokenizer& t) {
+    std::vector<uint32_t> ids;
+    t.Encode(text, false, &ids);
+    return ids;
+  };
+  auto on_new_thread = [&](const Tokenizer& t) {
+    std::vector<uint32_t> ids;
+    std::thread([&] { ids = encode(t); }).join();
+    return ids;
+  };
+  StatusOr<Tokenizer> a = Tokenizer::Load(Tokenizer::DefaultRanksPath());
+  ASSERT_TRUE(a.ok());
+  const std::vector<uint32_t> a_fresh = on_new_thread(*a);
+  // b: the ranks of two tokens the text uses, swapped (line r + 1 holds rank r).
+  const uint32_t x = a_fresh[0];
+  const uint32_t y =
+      *std::find_if(a_fresh.begin(), a_fresh.end(), [&](uint32_t id) { return id != x; });
+  auto token_of = [&](uint32_t rank) {
+    size_t begin = 0;
+    for (uint32_t i = 0; i < rank; ++i) begin = contents_.find('\n', begin) + 1;
+    return contents_.substr(begin, contents_.find(' ', begin) - begin);
+  };
+  const std::string token_x = token_of(x), token_y = token_of(y);
+  contents_ = WithLine(static_cast<int>(x) + 1, token_y + " " + std::to_string(x));
+  contents_ = WithLine(static_cast<int>(y) + 1, token_x + " " + std::to_string(y));
+  StatusOr<Tokenizer> b = Tokenizer::Load(WriteTemp("swapped.tiktoken", contents_));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const std::vector<uint32_t> b_fresh = on_new_thread(*b);
+  ASSERT_NE(a_fresh, b_fresh);
+
+  // One thread, alternating: each tokenizer gives what it gives on a fresh thread.
+  std::thread([&] {
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(encode(*a), a_fresh) << "round " << round;
+      EXPECT_EQ(encode(*b), b_fresh) << "round " << round;
+    }
+  }).join();
+}
 
 TEST_F(RanksFileTest, Load_MissingFile_IsNotFound) {
   const Status s = Tokenizer::Load("/nonexistent/cl100k_base.tiktoken").status();
