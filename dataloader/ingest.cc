@@ -8,14 +8,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <future>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_set>
 
+#include "dataloader/reader.h"
 #include "dataloader/token_store.h"
 
 namespace fullband::dataloader {
@@ -102,22 +104,18 @@ class ByteSource {
     if (state_) XXH64_freeState(state_);
   }
 
-  // Appends up to `max` bytes to *out; false at the end of the input.
-  StatusOr<bool> Read(std::string* out, size_t max) {
-    const size_t at = out->size();
-    out->resize(at + max);
+  // Reads up to `max` bytes into `to`; 0 at the end of the input.
+  StatusOr<size_t> Read(char* to, size_t max) {
     ssize_t got;
     do {
-      got = ::read(fd_, out->data() + at, max);
+      got = ::read(fd_, to, max);
     } while (got < 0 && errno == EINTR);
     if (got < 0) {
-      out->resize(at);
       return InternalError("input " + name_ + ": read failed: " + std::strerror(errno));
     }
-    out->resize(at + static_cast<size_t>(got));
-    XXH64_update(state_, out->data() + at, static_cast<size_t>(got));
+    XXH64_update(state_, to, static_cast<size_t>(got));
     bytes_ += static_cast<uint64_t>(got);
-    return got > 0;
+    return static_cast<size_t>(got);
   }
   uint64_t bytes() const { return bytes_; }
   std::string digest() const { return Hex64(XXH64_digest(state_)); }
@@ -137,191 +135,263 @@ class ByteSource {
 // The xxh64 of a whole file, to skip it before tokenizing when the store already has it.
 StatusOr<std::string> HashFile(const Input& input) {
   FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
-  std::string block;
+  std::vector<char> block(4 << 20);
   for (;;) {
-    block.clear();
-    FB_ASSIGN_OR_RETURN(bool more, src.Read(&block, 4 << 20));
-    if (!more) break;
+    FB_ASSIGN_OR_RETURN(size_t got, src.Read(block.data(), block.size()));
+    if (got == 0) break;
   }
   return src.digest();
 }
 
-// Text to tokenize in one parallel round: pieces of documents, in order.
+// Note [Ingest pipeline]: the calling thread reads an input straight into a chunk's buffer
+// (about chunk_bytes: whole JSONL lines, or a text document cut where encoding may restart),
+// splits the chunk's pieces into batches of about kBatchBytes and queues them for the encoder
+// threads; while up to kChunksInFlight chunks are encoded, it packs the ids of the oldest into
+// records. Batches are small, so every encoder keeps busy up to the last one; chunks, with
+// their text and id buffers, are reused, so a long ingest allocates (and page-faults) nothing
+// after its first chunks.
+constexpr size_t kBatchBytes = 64 << 10;
+constexpr size_t kChunksInFlight = 4;
+
 struct Chunk {
   struct Piece {
     size_t offset = 0, size = 0;
     bool ends_document = false;  // <|endoftext|> follows it
     int64_t json_line = 0;       // > 0: a JSONL line (this number) holding one document
   };
-  std::string text;
+  struct Batch {
+    size_t first = 0, end = 0;  // pieces
+    std::vector<uint32_t> ids;  // reused
+    int64_t replaced = 0;
+    Status error;
+  };
+  // text[0, size) holds the chunk's bytes (and any bytes past it, the start of the next).
+  std::vector<char, UninitializedAllocator<char>> text;
+  size_t size = 0;
   std::vector<Piece> pieces;
+  std::vector<Batch> batches;  // the first num_batches are this round's
+  size_t num_batches = 0;
   int64_t documents = 0;
+  const std::string* source = nullptr;  // for errors
+  size_t pending = 0;                   // batches not yet encoded; guarded by the pool's mutex
 
-  // A JSONL line, parsed where it is tokenized (in parallel).
-  void AddJsonLine(std::string_view line, int64_t number) {
-    pieces.push_back(Piece{text.size(), line.size(), true, number});
-    text.append(line);
-    ++documents;
+  void Reset() {
+    size = 0;
+    pieces.clear();
+    num_batches = 0;
+    documents = 0;
   }
-  void Add(std::string_view piece, bool ends_document) {
-    pieces.push_back(Piece{text.size(), piece.size(), ends_document});
-    text.append(piece);
+  std::string_view view(const Piece& p) const { return {text.data() + p.offset, p.size}; }
+  void Add(size_t offset, size_t size, bool ends_document, int64_t json_line = 0) {
+    pieces.push_back(Piece{offset, size, ends_document, json_line});
     documents += ends_document;
   }
-  // Adds a document (or its last part), split into pieces that encode independently.
-  void AddDocument(std::string_view doc, size_t target, bool ends_document) {
-    const std::vector<std::string_view> parts = SplitForEncoding(doc, target);
+  // Adds text[offset, offset + size) of a document, in pieces that encode independently.
+  void AddText(size_t offset, size_t size, size_t target, bool ends_document) {
+    const std::vector<std::string_view> parts =
+        SplitForEncoding(std::string_view(text.data() + offset, size), target);
     for (size_t i = 0; i < parts.size(); ++i) {
-      Add(parts[i], ends_document && i + 1 == parts.size());
+      Add(static_cast<size_t>(parts[i].data() - text.data()), parts[i].size(),
+          ends_document && i + 1 == parts.size());
     }
-    if (parts.empty() && ends_document) Add({}, true);
+    if (parts.empty() && ends_document) Add(offset, 0, true);
   }
-};
-
-struct Encoded {
-  std::vector<uint32_t> tokens;
-  int64_t replaced = 0;
-};
-
-// Tokenizes a chunk on `threads` threads, each taking a contiguous run of pieces of about equal
-// bytes; the concatenation is the chunk's ids in order. JSONL lines are parsed here too, so
-// that parsing runs in parallel as well; INVALID_ARGUMENT names `source`:line for a bad line.
-StatusOr<Encoded> EncodeChunk(const Tokenizer& tok, const Chunk& chunk,
-                              const IngestOptions& options, const std::string& source) {
-  const int threads = options.threads;
-  const size_t n = chunk.pieces.size();
-  std::vector<size_t> bounds = {0};
-  const size_t share = chunk.text.size() / static_cast<size_t>(threads) + 1;
-  size_t bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    bytes += chunk.pieces[i].size;
-    if (bytes >= share * bounds.size() && bounds.size() < static_cast<size_t>(threads)) {
-      bounds.push_back(i + 1);
-    }
-  }
-  if (bounds.back() != n) bounds.push_back(n);
-  const size_t parts = bounds.size() - 1;
-  std::vector<Encoded> out(parts);
-  std::vector<Status> errors(parts);
-  auto run = [&](size_t p) {
-    Tokenizer::EncodeStats stats;
-    simdjson::dom::parser parser;  // one per thread: parsers are not thread-safe
-    std::vector<uint32_t>& ids = out[p].tokens;
-    ids.reserve((bounds[p + 1] > bounds[p] ? chunk.text.size() / parts : 0) / 3);
-    for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
-      const Chunk::Piece& piece = chunk.pieces[i];
-      const std::string_view text = std::string_view(chunk.text).substr(piece.offset, piece.size);
-      if (piece.json_line > 0) {
-        auto fail = [&](const std::string& what) {
-          errors[p] =
-              InvalidArgumentError(source + ":" + std::to_string(piece.json_line) + ": " + what);
-        };
-        simdjson::dom::element doc;
-        simdjson::dom::object object;
-        std::string_view field;
-        if (const auto err = parser.parse(text.data(), text.size()).get(doc)) {
-          return fail(std::string("not a JSON value (") + simdjson::error_message(err) + ")");
-        }
-        if (doc.get_object().get(object)) return fail("not a JSON object");
-        if (object[options.text_field].get_string().get(field)) {
-          return fail("no string field \"" + options.text_field + "\"");
-        }
-        tok.Encode(field, options.allow_special, &ids, &stats);
-      } else {
-        tok.Encode(text, options.allow_special, &ids, &stats);
+  // Groups the pieces into batches of about kBatchBytes.
+  void MakeBatches() {
+    num_batches = 0;
+    size_t bytes = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (bytes == 0) {
+        if (batches.size() == num_batches) batches.emplace_back();
+        batches[num_batches].first = i;
       }
-      if (piece.ends_document) ids.push_back(Tokenizer::kEndOfText);
+      bytes += pieces[i].size + 1;
+      if (bytes >= kBatchBytes || i + 1 == pieces.size()) {
+        batches[num_batches++].end = i + 1;
+        bytes = 0;
+      }
     }
-    out[p].replaced = stats.replaced;
-  };
-  std::vector<std::thread> workers;
-  for (size_t p = 1; p < parts; ++p) workers.emplace_back(run, p);
-  if (parts > 0) run(0);
-  for (auto& w : workers) w.join();
-  for (const Status& e : errors) FB_RETURN_IF_ERROR(e);  // the first bad line in input order
-  Encoded all;
-  size_t total = 0;
-  for (const Encoded& e : out) total += e.tokens.size();
-  all.tokens.reserve(total);
-  for (const Encoded& e : out) {
-    all.tokens.insert(all.tokens.end(), e.tokens.begin(), e.tokens.end());
-    all.replaced += e.replaced;
   }
-  return all;
+};
+
+// Tokenizes one batch: its ids in order, <|endoftext|> after each document. JSONL lines are
+// parsed here, so that parsing runs in parallel too; INVALID_ARGUMENT names source:line.
+void EncodeBatch(const Tokenizer& tok, const IngestOptions& options, simdjson::dom::parser& parser,
+                 const Chunk& chunk, Chunk::Batch& batch) {
+  Tokenizer::EncodeStats stats;
+  batch.ids.clear();
+  batch.error = OkStatus();
+  for (size_t i = batch.first; i < batch.end; ++i) {
+    const Chunk::Piece& piece = chunk.pieces[i];
+    const std::string_view text = chunk.view(piece);
+    if (piece.json_line > 0) {
+      auto fail = [&](const std::string& what) {
+        batch.error = InvalidArgumentError(*chunk.source + ":" + std::to_string(piece.json_line) +
+                                           ": " + what);
+      };
+      simdjson::dom::element doc;
+      simdjson::dom::object object;
+      std::string_view field;
+      if (const auto err = parser.parse(text.data(), text.size()).get(doc)) {
+        return fail(std::string("not a JSON value (") + simdjson::error_message(err) + ")");
+      }
+      if (doc.get_object().get(object)) return fail("not a JSON object");
+      if (object[options.text_field].get_string().get(field)) {
+        return fail("no string field \"" + options.text_field + "\"");
+      }
+      tok.Encode(field, options.allow_special, &batch.ids, &stats);
+    } else {
+      tok.Encode(text, options.allow_special, &batch.ids, &stats);
+    }
+    if (piece.ends_document) batch.ids.push_back(Tokenizer::kEndOfText);
+  }
+  batch.replaced = stats.replaced;
 }
 
-// Reads one input's documents and hands them on in chunks (`emit`), in order.
+// `threads` encoder threads taking batches from one queue, oldest chunk first.
+class EncoderPool {
+ public:
+  EncoderPool(const Tokenizer& tok, const IngestOptions& options) : tok_(tok), options_(options) {
+    for (int i = 0; i < options.threads; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~EncoderPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void Submit(Chunk* chunk) {
+    chunk->MakeBatches();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      chunk->pending = chunk->num_batches;
+      for (size_t b = 0; b < chunk->num_batches; ++b) queue_.emplace_back(chunk, b);
+    }
+    work_.notify_all();
+  }
+  // Blocks until every batch of `chunk` is encoded.
+  void Wait(Chunk* chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return chunk->pending == 0; });
+  }
+
+ private:
+  void Loop() {
+    simdjson::dom::parser parser;  // one per thread: parsers are not thread-safe
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      const auto [chunk, b] = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      EncodeBatch(tok_, options_, parser, *chunk, chunk->batches[b]);
+      lock.lock();
+      if (--chunk->pending == 0) done_.notify_all();
+    }
+  }
+
+  const Tokenizer& tok_;
+  const IngestOptions& options_;
+  std::mutex mu_;
+  std::condition_variable work_, done_;
+  std::deque<std::pair<Chunk*, size_t>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Reads one input into chunks and hands them on (`emit`), in order; `take` gives the chunk to
+// fill next (reset, its buffer reused).
 class DocumentReader {
  public:
   DocumentReader(const Input& input, const IngestOptions& options, ByteSource* src)
       : input_(input), options_(options), src_(src) {}
 
-  Status Run(const std::function<Status(Chunk)>& emit) {
-    const size_t block = 1 << 20;
-    const size_t target = std::max<size_t>(
-        64 << 10, static_cast<size_t>(options_.chunk_bytes) / static_cast<size_t>(threads() * 4));
-    std::string carry;
+  Status Run(const std::function<Chunk*()>& take, const std::function<Status(Chunk*)>& emit) {
+    const size_t chunk_bytes = static_cast<size_t>(options_.chunk_bytes);
+    const size_t block = std::min<size_t>(1 << 20, chunk_bytes);
+    const size_t target = std::min(kBatchBytes, chunk_bytes);
+    Chunk* chunk = take();
+    size_t start = 0;  // where the unfinished line or text begins
     bool more = true;
     while (more) {
-      FB_ASSIGN_OR_RETURN(more, src_->Read(&carry, block));
-      size_t used = 0;
+      if (chunk->text.size() < chunk->size + block) chunk->text.resize(chunk->size + block);
+      FB_ASSIGN_OR_RETURN(const size_t got, src_->Read(chunk->text.data() + chunk->size, block));
+      more = got > 0;
+      const size_t scan = chunk->size;
+      chunk->size += got;
       if (input_.jsonl) {
-        used = TakeLines(carry, !more);
-      } else {
-        // A whole text file is one document; cut it where encoding may restart.
-        const size_t cut = more ? LastBreak(carry) : carry.size();
-        if (cut > 0 || !more) {
-          chunk_.AddDocument(std::string_view(carry).substr(0, cut), target, !more);
-          if (!more && carry.empty() && src_->bytes() == 0) {
-            chunk_ = Chunk();  // an empty file holds no document
-          }
-          used = cut;
+        start = TakeLines(chunk, start, scan, !more);
+      } else if (!more) {  // a whole text file is one document
+        if (src_->bytes() > 0) chunk->AddText(start, chunk->size - start, target, true);
+        start = chunk->size;
+      } else {  // cut where encoding may restart
+        const size_t cut = LastBreak(chunk, std::max(start, scan));
+        if (cut > start) {
+          chunk->AddText(start, cut - start, target, false);
+          start = cut;
         }
       }
-      carry.erase(0, used);
-      if (static_cast<int64_t>(chunk_.text.size()) >= options_.chunk_bytes || !more) {
-        if (!chunk_.pieces.empty()) FB_RETURN_IF_ERROR(emit(std::move(chunk_)));
-        chunk_ = Chunk();
+      // A chunk without a finished piece yet (a line or break-free stretch longer than
+      // chunk_bytes) grows instead.
+      if ((chunk->size >= chunk_bytes && start > 0) || !more) {
+        // The unfinished part moves to the front of the next chunk.
+        Chunk* next = more ? take() : nullptr;
+        if (next) {
+          const size_t rest = chunk->size - start;
+          if (next->text.size() < rest + block) next->text.resize(rest + block);
+          std::memcpy(next->text.data(), chunk->text.data() + start, rest);
+          next->size = rest;
+          chunk->size = start;
+          start = 0;
+        }
+        FB_RETURN_IF_ERROR(emit(chunk));
+        chunk = next;
       }
     }
     return OkStatus();
   }
 
  private:
-  int threads() const { return std::max(1, options_.threads); }
-
-  // The end of the last "\n" in `text` that is followed by an ASCII letter, or 0.
-  static size_t LastBreak(std::string_view text) {
-    for (size_t i = text.size(); i-- > 1;) {
+  // The end of the last "\n" in text[from, size) that is followed by an ASCII letter, or 0.
+  static size_t LastBreak(const Chunk* chunk, size_t from) {
+    const char* text = chunk->text.data();
+    for (size_t i = chunk->size; i-- > std::max<size_t>(from, 1);) {
       const unsigned char c = static_cast<unsigned char>(text[i]);
       if (text[i - 1] == '\n' && ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return i;
     }
     return 0;
   }
 
-  // Takes the complete lines of `buf` as documents (parsed later, in parallel); returns the
-  // bytes used.
-  size_t TakeLines(std::string_view buf, bool at_end) {
-    size_t at = 0;
-    while (at < buf.size()) {
-      size_t nl = buf.find('\n', at);
-      if (nl == std::string_view::npos) {
-        if (!at_end) break;
-        nl = buf.size();
+  // Adds the complete lines from `start` as documents (parsed later, in parallel), looking for
+  // line ends from `scan` on; returns where the unfinished line begins.
+  size_t TakeLines(Chunk* chunk, size_t start, size_t scan, bool at_end) {
+    const char* text = chunk->text.data();
+    for (;;) {
+      const void* nl = std::memchr(text + scan, '\n', chunk->size - scan);
+      size_t end;
+      if (nl) {
+        end = static_cast<size_t>(static_cast<const char*>(nl) - text);
+      } else if (at_end && start < chunk->size) {
+        end = chunk->size;
+      } else {
+        return start;
       }
       ++line_;
-      std::string_view line = buf.substr(at, nl - at);
-      at = std::min(nl + 1, buf.size());
-      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      chunk_.AddJsonLine(line, line_);
+      const std::string_view line(text + start, end - start);
+      if (line.find_first_not_of(" \t\r") != std::string_view::npos) {
+        chunk->Add(start, end - start, true, line_);
+      }
+      start = scan = std::min(end + 1, chunk->size);
     }
-    return at;
   }
 
   const Input& input_;
   const IngestOptions& options_;
   ByteSource* src_;
-  Chunk chunk_;
   int64_t line_ = 0;
 };
 
@@ -413,6 +483,10 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
   // by the hash taken while reading, and rolled back).
   std::unordered_set<uint64_t> sizes;
   for (const StoreSource& s : writer->metadata().sources) sizes.insert(s.bytes);
+  // Note [Ingest pipeline].
+  std::vector<std::unique_ptr<Chunk>> chunks(kChunksInFlight + 1);
+  for (auto& c : chunks) c = std::make_unique<Chunk>();
+  EncoderPool pool(tokenizer, options);
   for (const Input& input : inputs) {
     std::error_code ec;
     const uint64_t size = input.is_stdin ? 0 : fs::file_size(input.name, ec);
@@ -429,19 +503,30 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     stats.name = input.name;
     const int64_t mark = writer->appended();
     const std::vector<uint32_t> pending_at_start = pending;
-    std::deque<std::future<StatusOr<Encoded>>> inflight;
-    auto pack = [&](StatusOr<Encoded> encoded) -> Status {
-      FB_RETURN_IF_ERROR(encoded.status());
-      Encoded& e = *encoded;
-      stats.tokens += static_cast<int64_t>(e.tokens.size());
-      stats.replaced += e.replaced;
-      live.tokens += static_cast<int64_t>(e.tokens.size());
-      pending.insert(pending.end(), e.tokens.begin(), e.tokens.end());
-      const size_t full =
-          pending.size() / static_cast<size_t>(record) * static_cast<size_t>(record);
-      if (full > 0) {
-        FB_RETURN_IF_ERROR(writer->Append(std::span<const uint32_t>(pending.data(), full)));
-        pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(full));
+    // Records straight from the encoded ids; `pending` holds the unfinished one.
+    auto pack = [&](std::span<const uint32_t> ids) -> Status {
+      stats.tokens += static_cast<int64_t>(ids.size());
+      live.tokens += static_cast<int64_t>(ids.size());
+      if (!pending.empty()) {
+        const size_t take = std::min(ids.size(), static_cast<size_t>(record) - pending.size());
+        pending.insert(pending.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(take));
+        ids = ids.subspan(take);
+        if (pending.size() < static_cast<size_t>(record)) return OkStatus();
+        FB_RETURN_IF_ERROR(writer->Append(pending));
+        pending.clear();
+      }
+      const size_t full = ids.size() / static_cast<size_t>(record) * static_cast<size_t>(record);
+      FB_RETURN_IF_ERROR(writer->Append(ids.first(full)));
+      pending.assign(ids.begin() + static_cast<std::ptrdiff_t>(full), ids.end());
+      return OkStatus();
+    };
+    auto finish = [&](Chunk* chunk) -> Status {  // the oldest chunk in flight
+      pool.Wait(chunk);
+      for (size_t b = 0; b < chunk->num_batches; ++b) {
+        const Chunk::Batch& batch = chunk->batches[b];
+        FB_RETURN_IF_ERROR(batch.error);
+        stats.replaced += batch.replaced;
+        FB_RETURN_IF_ERROR(pack(batch.ids));
       }
       return OkStatus();
     };
@@ -451,29 +536,39 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       live.tokens -= stats.tokens;
       return writer->RollbackTo(mark);
     };
+    std::deque<Chunk*> inflight;
+    size_t next_free = 0;
     DocumentReader reader(input, options, &src);
-    // Two chunks in flight: one being tokenized while the one before is packed and written and
-    // the next is read.
-    Status read = reader.Run([&](Chunk chunk) -> Status {
-      stats.documents += chunk.documents;
-      live.documents += chunk.documents;
-      auto shared = std::make_shared<Chunk>(std::move(chunk));
-      inflight.push_back(std::async(std::launch::async, [&tokenizer, shared, &options, &input] {
-        return EncodeChunk(tokenizer, *shared, options, input.name);
-      }));
-      while (inflight.size() > 1) {
-        StatusOr<Encoded> e = inflight.front().get();
-        inflight.pop_front();
-        FB_RETURN_IF_ERROR(pack(std::move(e)));
-      }
-      live.bytes = result.totals.bytes + src.bytes();
-      report(false);
-      return OkStatus();
-    });
-    while (!inflight.empty()) {  // also after an error: no task may outlive its inputs
-      StatusOr<Encoded> e = inflight.front().get();
+    Status read = reader.Run(
+        [&] {
+          Chunk* c = chunks[next_free++ % chunks.size()].get();
+          c->Reset();
+          c->source = &input.name;
+          return c;
+        },
+        [&](Chunk* chunk) -> Status {
+          stats.documents += chunk->documents;
+          live.documents += chunk->documents;
+          pool.Submit(chunk);
+          inflight.push_back(chunk);
+          // Keep one chunk free for the reader to fill while the others are encoded.
+          while (inflight.size() + 1 >= chunks.size()) {
+            Chunk* oldest = inflight.front();
+            inflight.pop_front();
+            FB_RETURN_IF_ERROR(finish(oldest));
+          }
+          live.bytes = result.totals.bytes + src.bytes();
+          report(false);
+          return OkStatus();
+        });
+    while (!inflight.empty()) {  // also after an error: no batch may outlive its chunk's use
+      Chunk* oldest = inflight.front();
       inflight.pop_front();
-      if (read.ok()) read = pack(std::move(e));
+      if (read.ok()) {
+        read = finish(oldest);
+      } else {
+        pool.Wait(oldest);
+      }
     }
     if (!read.ok()) {
       FB_RETURN_IF_ERROR(undo());

@@ -85,6 +85,8 @@ rocksdb::Options StoreOptions(bool reader) {
   if (reader) {
     options.allow_mmap_reads = true;
     table.no_block_cache = true;
+  } else {
+    options.bytes_per_sync = 1 << 20;  // write tables back as they grow: a short sync at commit
   }
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
