@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -439,8 +440,31 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       {"inputs", options.inputs}};
   const TokenStoreWriter::Identity identity{std::string(tokenizer.name()), tokenizer.hash(),
                                             Tokenizer::kVocabSize, options.seq_len};
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<TokenStoreWriter> writer,
-                      TokenStoreWriter::Open(options.out, identity, description.dump()));
+  // Note [Opening a new store]: creating a store takes 10-20 ms of synced writes. A store that
+  // does not exist yet has no sources to skip and no tail to continue, so it is created on
+  // another thread while the first chunks are read and encoded; the first record to pack
+  // waits for it. (A store another process makes in between is found at that point, and the
+  // ingest stops with an error rather than pack onto a tail it did not start from.)
+  std::unique_ptr<TokenStoreWriter> writer;
+  const std::string how = description.dump();
+  auto open_store = [&] { return TokenStoreWriter::Open(options.out, identity, how); };
+  std::future<StatusOr<std::unique_ptr<TokenStoreWriter>>> opening;
+  if (fs::exists(fs::path(options.out) / "CURRENT")) {
+    FB_ASSIGN_OR_RETURN(writer, open_store());
+  } else {
+    opening = std::async(std::launch::async, open_store);
+  }
+  auto get_writer = [&]() -> StatusOr<TokenStoreWriter*> {
+    if (writer) return writer.get();
+    FB_ASSIGN_OR_RETURN(writer, opening.get());
+    const StoreMetadata& m = writer->metadata();
+    if (m.num_sequences > 0 || !m.tail.empty() || !m.sources.empty()) {
+      return UnavailableError("ingest: store " + options.out +
+                              " was created by another process while this ingest started; "
+                              "run it again");
+    }
+    return writer.get();
+  };
 
   IngestResult result;
   const int64_t record = options.seq_len + 1;
@@ -461,28 +485,32 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
   // it are committed before the error is returned.
   constexpr uint64_t kCommitBytes = 64 << 20;
   constexpr double kCommitSeconds = 10;
-  std::vector<uint32_t> pending = writer->metadata().tail;  // ids of the unfinished record
+  // Ids of the unfinished record.
+  std::vector<uint32_t> pending = writer ? writer->metadata().tail : std::vector<uint32_t>();
   std::vector<StoreSource> uncommitted;
   std::unordered_set<std::string> added;  // hashes of this run's sources
   uint64_t uncommitted_bytes = 0;
   Clock::time_point last_commit = start;
   auto commit = [&]() -> Status {
     if (uncommitted.empty()) return OkStatus();
-    FB_RETURN_IF_ERROR(writer->Commit(pending, uncommitted));
+    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
+    FB_RETURN_IF_ERROR(w->Commit(pending, uncommitted));
     uncommitted.clear();
     uncommitted_bytes = 0;
     last_commit = Clock::now();
     return OkStatus();
   };
   auto already_in = [&](const std::string& digest) {
-    return writer->HasSource(digest) || added.count(digest) > 0;
+    return (writer && writer->HasSource(digest)) || added.count(digest) > 0;
   };
 
   // Sizes of the sources in the store: a file of another size cannot be one of them, so only
   // files of a known size are hashed before they are read (any other duplicate is still caught
   // by the hash taken while reading, and rolled back).
   std::unordered_set<uint64_t> sizes;
-  for (const StoreSource& s : writer->metadata().sources) sizes.insert(s.bytes);
+  if (writer) {
+    for (const StoreSource& s : writer->metadata().sources) sizes.insert(s.bytes);
+  }
   // Note [Ingest pipeline].
   std::vector<std::unique_ptr<Chunk>> chunks(kChunksInFlight + 1);
   for (auto& c : chunks) c = std::make_unique<Chunk>();
@@ -501,7 +529,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
     StoreSource stats;
     stats.name = input.name;
-    const int64_t mark = writer->appended();
+    const int64_t mark = writer ? writer->appended() : 0;  // nothing appended before it opens
     const std::vector<uint32_t> pending_at_start = pending;
     // Records straight from the encoded ids; `pending` holds the unfinished one.
     auto pack = [&](std::span<const uint32_t> ids) -> Status {
@@ -512,11 +540,15 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
         pending.insert(pending.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(take));
         ids = ids.subspan(take);
         if (pending.size() < static_cast<size_t>(record)) return OkStatus();
-        FB_RETURN_IF_ERROR(writer->Append(pending));
+        FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
+        FB_RETURN_IF_ERROR(w->Append(pending));
         pending.clear();
       }
       const size_t full = ids.size() / static_cast<size_t>(record) * static_cast<size_t>(record);
-      FB_RETURN_IF_ERROR(writer->Append(ids.first(full)));
+      if (full > 0) {
+        FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
+        FB_RETURN_IF_ERROR(w->Append(ids.first(full)));
+      }
       pending.assign(ids.begin() + static_cast<std::ptrdiff_t>(full), ids.end());
       return OkStatus();
     };
@@ -534,7 +566,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       pending = pending_at_start;
       live.documents -= stats.documents;
       live.tokens -= stats.tokens;
-      return writer->RollbackTo(mark);
+      return writer ? writer->RollbackTo(mark) : OkStatus();
     };
     std::deque<Chunk*> inflight;
     size_t next_free = 0;
@@ -573,7 +605,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     if (!read.ok()) {
       FB_RETURN_IF_ERROR(undo());
       FB_RETURN_IF_ERROR(commit());
-      writer->Close().IgnoreError();
+      if (writer) writer->Close().IgnoreError();
       return read;
     }
     stats.bytes = src.bytes();
@@ -599,6 +631,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     }
   }
   FB_RETURN_IF_ERROR(commit());
+  FB_RETURN_IF_ERROR(get_writer().status());  // an empty input still makes the store
   FB_RETURN_IF_ERROR(writer->Close());
   result.totals.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   live = result.totals;

@@ -1,18 +1,24 @@
 #include "dataloader/token_store.h"
 
+#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/check.h"
 
@@ -85,8 +91,6 @@ rocksdb::Options StoreOptions(bool reader) {
   if (reader) {
     options.allow_mmap_reads = true;
     table.no_block_cache = true;
-  } else {
-    options.bytes_per_sync = 1 << 20;  // write tables back as they grow: a short sync at commit
   }
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return options;
@@ -459,9 +463,76 @@ TokenStoreWriter::TokenStoreWriter(std::string path, rocksdb::DB* db,
                                    std::vector<rocksdb::ColumnFamilyHandle*> handles)
     : path_(std::move(path)), db_(db), handles_(std::move(handles)) {}
 
+// Note [Table write-back]: a table must be on disk before it is added to the store, and the
+// sync that Finish does costs about 1.3 ms per MB written since the last one on a virtual disk
+// (measured: 25 MB, 28-36 ms, even with the file written back as it grew), all of it a stall
+// at commit. A thread syncs the file every kTableSyncBytes while records are still being
+// appended, so Finish only waits for the last few MB. It waits on the disk, not on a core.
+class TokenStoreWriter::TableSync {
+ public:
+  static constexpr uint64_t kTableSyncBytes = 4 << 20;
+
+  static StatusOr<std::unique_ptr<TableSync>> Open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return InternalError(path + ": opening to sync: " + std::strerror(errno));
+    return std::unique_ptr<TableSync>(new TableSync(path, fd));
+  }
+  ~TableSync() {
+    Stop().IgnoreError();
+    ::close(fd_);
+  }
+
+  // Asks for everything written so far to be synced; returns at once (requests coalesce).
+  void Request() {
+    std::lock_guard<std::mutex> lock(mu_);
+    requested_ = true;
+    cv_.notify_one();
+  }
+  // Waits for a sync in progress and ends the thread; the first sync error, if any.
+  Status Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+
+ private:
+  TableSync(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return requested_ || stop_; });
+      if (stop_) return;
+      requested_ = false;
+      lock.unlock();
+      const bool failed = ::fdatasync(fd_) != 0;
+      const int err = errno;
+      lock.lock();
+      if (failed && error_.ok()) {
+        error_ = InternalError(path_ + ": syncing the table: " + std::strerror(err));
+      }
+    }
+  }
+
+  const std::string path_;
+  const int fd_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool requested_ = false;  // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  Status error_;            // guarded by mu_ while the thread runs
+};
+
 TokenStoreWriter::~TokenStoreWriter() {
   if (!closed_) Close().IgnoreError();
   if (table_) {  // Close failed before adding it
+    table_sync_.reset();
     table_.reset();
     std::error_code ec;
     std::filesystem::remove(table_path_, ec);
@@ -552,10 +623,12 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
     table_path_ = (std::filesystem::path(path_) /
                    (std::string(kTablePrefix) + std::to_string(tables_++) + ".sst"))
                       .string();
-    table_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(),
-                                                      StoreOptions(/*reader=*/false), handles_[0],
+    const rocksdb::Options options = StoreOptions(/*reader=*/false);
+    table_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options, handles_[0],
                                                       /*invalidate_page_cache=*/false);
     FB_RETURN_IF_ERROR(FromRocks(table_->Open(table_path_), table_path_));
+    FB_ASSIGN_OR_RETURN(table_sync_, TableSync::Open(table_path_));
+    table_sync_at_ = 0;
   }
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n)) {
     const int64_t index = metadata_.num_sequences + appended_;
@@ -563,12 +636,19 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
     FB_RETURN_IF_ERROR(FromRocks(table_->Put(Key(index), value_), table_path_));
     ++appended_;
   }
+  if (table_->FileSize() >= table_sync_at_ + TableSync::kTableSyncBytes) {
+    table_sync_at_ = table_->FileSize();
+    table_sync_->Request();
+  }
   return OkStatus();
 }
 
 Status TokenStoreWriter::AddTable() {
   if (!table_) return OkStatus();
   std::unique_ptr<rocksdb::SstFileWriter> table = std::move(table_);
+  const Status synced = table_sync_->Stop();
+  table_sync_.reset();
+  FB_RETURN_IF_ERROR(synced);
   FB_RETURN_IF_ERROR(FromRocks(table->Finish(), table_path_));  // synced
   rocksdb::IngestExternalFileOptions add;
   add.move_files = true;           // a hard link into the store, no copy

@@ -191,6 +191,9 @@ class TokenStoreWriter {
   // Appended records go into a table file (SST) that Commit adds to the store whole.
   std::unique_ptr<rocksdb::SstFileWriter> table_;
   std::string table_path_;
+  class TableSync;  // Note [Table write-back]
+  std::unique_ptr<TableSync> table_sync_;
+  uint64_t table_sync_at_ = 0;     // the table's size when a sync was last asked for
   int tables_ = 0;                 // written by this writer, for file names
   std::string value_;              // a record's value, reused
   bool compact_at_close_ = false;  // a range delete overlaps the tables

@@ -219,6 +219,28 @@ TEST_F(IngestTest, InvalidUtf8_IsReplacedAndCounted) {
   EXPECT_EQ(Stream(dir_ + "/s"), expect);
 }
 
+// A new store is created while the first chunks are encoded: an input too short for one
+// record, or an empty one, still makes a store that opens; a store path that cannot be made is
+// an error naming it.
+TEST_F(IngestTest, NewStore_FromShortOrEmptyInput_Opens_UnmakeablePathIsAnError) {
+  const std::string empty = Write("empty.txt", "");
+  const std::string one = Write("one.txt", "one word");
+  StatusOr<IngestResult> r = Ingest(Phi4(), Options({empty}, "s0"), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sources_added, 1);
+  EXPECT_EQ(r->totals.documents, 0);  // an empty file holds no document
+  EXPECT_TRUE(Stream(dir_ + "/s0").empty());
+  ASSERT_TRUE(Ingest(Phi4(), Options({one}, "s1"), nullptr).ok());
+  std::vector<uint32_t> expect;
+  AppendDoc("one word", &expect);
+  EXPECT_EQ(Stream(dir_ + "/s1"), expect);
+
+  StatusOr<IngestResult> bad = Ingest(Phi4(), Options({one}, "one.txt/store"), nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(dir_ + "/one.txt/store"), std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST_F(IngestTest, MissingInputOrOtherSeqLen_AreRefused) {
   EXPECT_EQ(Ingest(Phi4(), Options({dir_ + "/nothing.txt"}, "s"), nullptr).status().code(),
             StatusCode::kNotFound);
