@@ -442,9 +442,10 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
                                             Tokenizer::kVocabSize, options.seq_len};
   // Note [Opening a new store]: creating a store takes 10-20 ms of synced writes. A store that
   // does not exist yet has no sources to skip and no tail to continue, so it is created on
-  // another thread while the first chunks are read and encoded; the first record to pack
-  // waits for it. (A store another process makes in between is found at that point, and the
-  // ingest stops with an error rather than pack onto a tail it did not start from.)
+  // another thread while the first chunks are read, encoded and packed; records packed before
+  // it is open wait in memory (a few MB: opening takes tens of ms while both cores encode).
+  // (A store another process makes in between is found when it opens, and the ingest stops
+  // with an error rather than pack onto a tail it did not start from.)
   std::unique_ptr<TokenStoreWriter> writer;
   const std::string how = description.dump();
   auto open_store = [&] { return TokenStoreWriter::Open(options.out, identity, how); };
@@ -454,6 +455,10 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
   } else {
     opening = std::async(std::launch::async, open_store);
   }
+
+  IngestResult result;
+  const int64_t record = options.seq_len + 1;
+  std::vector<uint32_t> staged;  // full records packed before the store opened
   auto get_writer = [&]() -> StatusOr<TokenStoreWriter*> {
     if (writer) return writer.get();
     FB_ASSIGN_OR_RETURN(writer, opening.get());
@@ -463,11 +468,27 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
                               " was created by another process while this ingest started; "
                               "run it again");
     }
+    FB_RETURN_IF_ERROR(writer->Append(staged));
+    staged = std::vector<uint32_t>();
     return writer.get();
   };
-
-  IngestResult result;
-  const int64_t record = options.seq_len + 1;
+  auto append = [&](std::span<const uint32_t> records) -> Status {
+    if (!writer && opening.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      staged.insert(staged.end(), records.begin(), records.end());
+      return OkStatus();
+    }
+    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
+    return w->Append(records);
+  };
+  // Records appended (or staged) since the last commit, and dropping those past a mark.
+  auto appended = [&] {
+    return writer ? writer->appended() : static_cast<int64_t>(staged.size()) / record;
+  };
+  auto rollback_to = [&](int64_t mark) -> Status {
+    if (writer) return writer->RollbackTo(mark);
+    staged.resize(static_cast<size_t>(mark * record));
+    return OkStatus();
+  };
   const Clock::time_point start = Clock::now();
   Clock::time_point last_report = start;
   IngestProgress live;
@@ -529,7 +550,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
     FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
     StoreSource stats;
     stats.name = input.name;
-    const int64_t mark = writer ? writer->appended() : 0;  // nothing appended before it opens
+    const int64_t mark = appended();
     const std::vector<uint32_t> pending_at_start = pending;
     // Records straight from the encoded ids; `pending` holds the unfinished one.
     auto pack = [&](std::span<const uint32_t> ids) -> Status {
@@ -540,15 +561,11 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
         pending.insert(pending.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(take));
         ids = ids.subspan(take);
         if (pending.size() < static_cast<size_t>(record)) return OkStatus();
-        FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
-        FB_RETURN_IF_ERROR(w->Append(pending));
+        FB_RETURN_IF_ERROR(append(pending));
         pending.clear();
       }
       const size_t full = ids.size() / static_cast<size_t>(record) * static_cast<size_t>(record);
-      if (full > 0) {
-        FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
-        FB_RETURN_IF_ERROR(w->Append(ids.first(full)));
-      }
+      if (full > 0) FB_RETURN_IF_ERROR(append(ids.first(full)));
       pending.assign(ids.begin() + static_cast<std::ptrdiff_t>(full), ids.end());
       return OkStatus();
     };
@@ -566,7 +583,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
       pending = pending_at_start;
       live.documents -= stats.documents;
       live.tokens -= stats.tokens;
-      return writer ? writer->RollbackTo(mark) : OkStatus();
+      return rollback_to(mark);
     };
     std::deque<Chunk*> inflight;
     size_t next_free = 0;

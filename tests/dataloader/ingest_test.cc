@@ -180,6 +180,36 @@ TEST_F(IngestTest, BadJsonlLine_IsAnErrorNamingFileAndLine_EarlierSourcesStay) {
             std::string::npos);
 }
 
+// Into a new store the first records wait in memory while it is created; into an existing one
+// they go straight to it. Either way a failing input is dropped alone.
+TEST_F(IngestTest, BadJsonlLine_InANewOrExistingStore_DropsOnlyThatInput) {
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += "word number " + std::to_string(i) + " ";
+  const std::string first = Write("first.txt", long_text);
+  const std::string good = Write("good.txt", long_text + "and more");
+  std::string lines;
+  for (int i = 0; i < 8; ++i) lines += "{\"text\": \"" + long_text + "\"}\n";
+  const std::string bad = Write("bad.jsonl", lines + "[1]\n");
+  ASSERT_TRUE(Ingest(Phi4(), Options({first}, "s"), nullptr).ok());
+  for (const char* out : {"new", "s"}) {
+    IngestOptions o = Options({good, bad}, out);
+    o.chunk_bytes = 256;  // a line a chunk: bad.jsonl's first lines are packed before it fails
+    StatusOr<IngestResult> r = Ingest(Phi4(), o, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(bad + ":9:"), std::string::npos) << r.status().ToString();
+  }
+  std::vector<uint32_t> expect;
+  AppendDoc(long_text + "and more", &expect);
+  EXPECT_EQ(Stream(dir_ + "/new"), expect);
+  expect.clear();
+  AppendDoc(long_text, &expect);
+  AppendDoc(long_text + "and more", &expect);
+  EXPECT_EQ(Stream(dir_ + "/s"), expect);
+  auto store = RocksDbTokenStore::Open(dir_ + "/s");
+  EXPECT_EQ((*store)->metadata().sources.size(), 2u);
+  EXPECT_EQ((*store)->Verify(nullptr)->extra_records, 0);
+}
+
 TEST_F(IngestTest, ManyFiles_AreOneSourceEach_AndVerify) {
   std::vector<uint32_t> expect;
   for (int i = 0; i < 300; ++i) {
