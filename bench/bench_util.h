@@ -24,6 +24,31 @@ inline double MedianSeconds(const std::function<void()>& fn, int warmup, int rep
   return times[times.size() / 2];
 }
 
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds of one run of `fn`.
+inline double Seconds(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// For two measurements taken in the same rounds (a[r] and b[r] one after the other): the
+// median over rounds of a[r] / b[r], and its extremes. A slow phase of the machine that spans
+// a round cancels out of that round's ratio.
+struct RoundRatio {
+  double median = 0, min = 0, max = 0;
+};
+inline RoundRatio RoundRatios(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(a[i] / b[i]);
+  std::sort(r.begin(), r.end());
+  return {r[r.size() / 2], r.front(), r.back()};
+}
+
 // The CPU model from /proc/cpuinfo, for the record of where numbers were measured.
 inline std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");

@@ -126,28 +126,16 @@ int Run(const std::vector<std::string>& args) {
   encode_one_thread();  // warm up
   encode_threads();
   std::vector<double> t_one, t_threads, t_ingest;
-  auto time = [](const std::function<void()>& fn, std::vector<double>* into) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    into->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  };
   for (int r = 0; r < reps; ++r) {
-    time(encode_one_thread, &t_one);
+    t_one.push_back(bench::Seconds(encode_one_thread));
     std::filesystem::remove_all(dir);
-    time(ingest, &t_ingest);
-    time(encode_threads, &t_threads);
+    t_ingest.push_back(bench::Seconds(ingest));
+    t_threads.push_back(bench::Seconds(encode_threads));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double t_encode = median(t_one), t_bound = median(t_threads), t_all = median(t_ingest);
-  std::vector<double> ingest_ratio, bound_ratio;  // per round
-  for (int r = 0; r < reps; ++r) {
-    ingest_ratio.push_back(t_one[r] / t_ingest[r]);
-    bound_ratio.push_back(t_one[r] / t_threads[r]);
-  }
-  std::sort(ingest_ratio.begin(), ingest_ratio.end());
+  const double t_encode = bench::Median(t_one), t_bound = bench::Median(t_threads),
+               t_all = bench::Median(t_ingest);
+  const bench::RoundRatio ingest_ratio = bench::RoundRatios(t_one, t_ingest);
+  const bench::RoundRatio bound_ratio = bench::RoundRatios(t_one, t_threads);
   std::filesystem::remove_all(dir);
   if (copies > 1) std::filesystem::remove_all(dir + "_in");
   if (ingested != tokens) {
@@ -173,7 +161,7 @@ int Run(const std::vector<std::string>& args) {
       "{\"bench\": \"ingest\", \"summary\": true, \"rounds\": %d, \"ingest_over_encode\": %.3f, "
       "\"ingest_over_encode_min\": %.3f, \"ingest_over_encode_max\": %.3f, "
       "\"encode_only_over_encode\": %.3f, \"cpu\": \"%s\", \"cores\": %u}\n",
-      reps, median(ingest_ratio), ingest_ratio.front(), ingest_ratio.back(), median(bound_ratio),
+      reps, ingest_ratio.median, ingest_ratio.min, ingest_ratio.max, bound_ratio.median,
       bench::CpuModel().c_str(), std::thread::hardware_concurrency());
   return 0;
 }

@@ -2,9 +2,12 @@
 // BatchReader, against the baseline of copying the same sequences, in the same random order,
 // out of a memory-mapped flat file — both measured in this run, both from the page cache.
 //
-//   reader_bench [--sequences N] [--seq-len S] [--batch B] [--prefetch P] [--dir DIR]
+//   reader_bench [--sequences N] [--seq-len S] [--batch B] [--prefetch P] [--threads T]
+//                [--reps R] [--dir DIR]
 //
-// Prints one JSON line per measurement and a summary line with the ratio.
+// The two alternate, an epoch each per round, --reps rounds (15). Prints one JSON line per
+// measurement (median epoch) and a summary line with the ratio: the median over rounds of each
+// round's ratio, with its extremes.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -35,7 +38,7 @@ int Run(const std::vector<std::string>& args) {
   const int64_t s = flags->GetInt("seq-len", 512).value();
   const int64_t batch = flags->GetInt("batch", 32).value();
   const int64_t prefetch = flags->GetInt("prefetch", 8).value();
-  const int reps = static_cast<int>(flags->GetInt("reps", 5).value());
+  const int reps = static_cast<int>(flags->GetInt("reps", 15).value());
   const int threads = static_cast<int>(flags->GetInt("threads", 1).value());
   const std::string dir = flags->Get("dir", "/tmp/fullband_reader_bench");
   const int64_t len = s + 1;
@@ -115,8 +118,16 @@ int Run(const std::vector<std::string>& args) {
     }
   };
   const double tokens = static_cast<double>(steps * batch * len);
-  const double t_mmap = bench::MedianSeconds(mmap_epoch, 1, reps);
-  const double t_store = bench::MedianSeconds(store_epoch, 1, reps);
+  // The two alternate, an epoch each per round, after one unmeasured epoch of each.
+  mmap_epoch();
+  store_epoch();
+  std::vector<double> mmap_times, store_times;
+  for (int r = 0; r < reps; ++r) {
+    mmap_times.push_back(bench::Seconds(mmap_epoch));
+    store_times.push_back(bench::Seconds(store_epoch));
+  }
+  const double t_mmap = bench::Median(mmap_times), t_store = bench::Median(store_times);
+  const bench::RoundRatio ratio = bench::RoundRatios(mmap_times, store_times);
   const std::string cpu = bench::CpuModel();
   std::printf(
       "{\"bench\": \"reader\", \"impl\": \"mmap_flat_file\", \"sequences\": %ld, \"seq_len\": %ld, "
@@ -130,9 +141,10 @@ int Run(const std::vector<std::string>& args) {
       n, s, batch, prefetch, threads, tokens / t_store, t_store,
       static_cast<unsigned long>((*store)->disk_bytes()));
   std::printf(
-      "{\"bench\": \"reader\", \"summary\": true, \"store_over_mmap\": %.3f, \"cpu\": \"%s\", "
+      "{\"bench\": \"reader\", \"summary\": true, \"rounds\": %d, \"store_over_mmap\": %.3f, "
+      "\"store_over_mmap_min\": %.3f, \"store_over_mmap_max\": %.3f, \"cpu\": \"%s\", "
       "\"checksum\": %lu}\n",
-      t_mmap / t_store, cpu.c_str(), static_cast<unsigned long>(checksum));
+      reps, ratio.median, ratio.min, ratio.max, cpu.c_str(), static_cast<unsigned long>(checksum));
   munmap(const_cast<uint32_t*>(mapped), bytes);
   ::close(fd);
   store->reset();
