@@ -623,11 +623,17 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
     table_path_ = (std::filesystem::path(path_) /
                    (std::string(kTablePrefix) + std::to_string(tables_++) + ".sst"))
                       .string();
-    const rocksdb::Options options = StoreOptions(/*reader=*/false);
-    table_ = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options, handles_[0],
-                                                      /*invalidate_page_cache=*/false);
-    FB_RETURN_IF_ERROR(FromRocks(table_->Open(table_path_), table_path_));
-    FB_ASSIGN_OR_RETURN(table_sync_, TableSync::Open(table_path_));
+    auto table = std::make_unique<rocksdb::SstFileWriter>(
+        rocksdb::EnvOptions(), StoreOptions(/*reader=*/false), handles_[0],
+        /*invalidate_page_cache=*/false);
+    FB_RETURN_IF_ERROR(FromRocks(table->Open(table_path_), table_path_));
+    StatusOr<std::unique_ptr<TableSync>> sync = TableSync::Open(table_path_);
+    if (!sync.ok()) {  // the next Open removes the empty file
+      table.reset();
+      return sync.status();
+    }
+    table_ = std::move(table);
+    table_sync_ = std::move(*sync);
     table_sync_at_ = 0;
   }
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(n)) {
