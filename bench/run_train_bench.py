@@ -10,10 +10,10 @@ for K = 1 and K = 3.  Prints every JSON line, then a summary:
   - recompute full / none: peak RSS and step time ratios per implementation.
 
 PyTorch runs with its best settings, set in the torch subprocess's environment only (see
-TORCH_BEST_ENV and --env-sweep, which measures the alternatives): OpenBLAS's own AVX-512 kernel
-choice (OPENBLAS_CORETYPE unset; this environment sets Haswell, i.e. AVX2 kernels),
-GOMP_SPINCOUNT=0, ATen's AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512; torch 1.13 defaults to
-AVX2 here), and glibc malloc kept from returning freed memory to the kernel (no mmap'd chunks,
+TORCH_BEST_ENV and --env-sweep, which measures the alternatives): OpenBLAS's own kernel choice
+for the CPU (OPENBLAS_CORETYPE unset; this environment sets Haswell, i.e. AVX2 kernels),
+GOMP_SPINCOUNT=0, ATen's AVX-512 kernels where the CPU has them (ATEN_CPU_CAPABILITY=avx512;
+torch 1.13 defaults to AVX2), and glibc malloc kept from returning freed memory to the kernel (no mmap'd chunks,
 no trimming): on this VM a first-touch page fault costs ~10-15 us, so PyTorch's per-op
 allocations of fresh memory otherwise dominate the step (the usual advice for PyTorch on CPU is
 jemalloc/tcmalloc via LD_PRELOAD; neither is installed here, these glibc settings do the same
@@ -27,6 +27,7 @@ usage: run_train_bench.py [--fullband PATH] [--steps N] [--warmup W] [--only tin
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,9 +43,24 @@ MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 MALLOC_THP = {"MALLOC_MMAP_MAX_": None, "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
               "MALLOC_TRIM_THRESHOLD_": str(1 << 36), "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 MALLOC_CHOICES = {"keep": {}, "thp": MALLOC_THP, "default": {k: None for k in MALLOC_KEEP}}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+# ATen's AVX-512 kernels need all four; forced on a CPU without them, torch dies of SIGILL.
+HAS_AVX512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags()
 # What the torch subprocess gets on top of (or removed from) the inherited environment.
-TORCH_BEST_ENV = dict(OPENBLAS_CORETYPE=None, GOMP_SPINCOUNT="0", ATEN_CPU_CAPABILITY="avx512",
-                      **MALLOC_KEEP)
+TORCH_BEST_ENV = dict(OPENBLAS_CORETYPE=None, GOMP_SPINCOUNT="0",
+                      ATEN_CPU_CAPABILITY="avx512" if HAS_AVX512 else None, **MALLOC_KEEP)
 ENV_VARIANTS = {  # --env-sweep: each a change to TORCH_BEST_ENV
     "best": {},
     "coretype=SkylakeX": {"OPENBLAS_CORETYPE": "SkylakeX"},
@@ -89,7 +105,9 @@ def run_json(cmd, env, label):
                 rec = d
     if p.returncode != 0 or rec is None:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-        return {"error": f"{label}: exit {p.returncode}: " + " | ".join(tail)}
+        how = (f"killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0
+               else f"exit {p.returncode}")
+        return {"error": f"{label}: {how}: " + " | ".join(tail)}
     return rec
 
 
