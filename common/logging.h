@@ -6,6 +6,8 @@
 
 #include <sstream>
 
+#include "common/check.h"  // internal::Voidify
+
 namespace fullband {
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };

@@ -97,8 +97,19 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
                                 std::to_string(options.num_threads));
   }
   switch (options.device) {
-    case Device::kCpu:
-      return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options.num_threads));
+    case Device::kCpu: {
+      const cpu::SimdKernels* simd = &cpu::DefaultSimdKernels();
+      if (!options.cpu_isa.empty()) {
+        simd = cpu::SimdKernelsFor(options.cpu_isa);
+        if (simd == nullptr) {
+          std::string runs;
+          for (const std::string& isa : cpu::SupportedSimdIsas()) runs += " " + isa;
+          return UnavailableError("CPU kernels for '" + options.cpu_isa +
+                                  "' are not available here; this CPU runs:" + runs);
+        }
+      }
+      return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options.num_threads, simd));
+    }
     case Device::kCuda: {
       const CudaPlugin& p = Plugin();
       if (p.create == nullptr) return UnavailableError(p.error);

@@ -162,6 +162,9 @@ struct BackendOptions {
   Device device = Device::kCpu;
   int num_threads = 0;   // CPU: worker threads, 0 = all cores
   int device_index = 0;  // CUDA: which GPU
+  // CPU: the instruction set of the vectorized loops ("sse", "avx2", "avx512"); empty = the
+  // widest this CPU runs, or FULLBAND_CPU_ISA when set (ops/cpu/simd_kernels.h).
+  std::string cpu_isa{};
 };
 
 // Creates a backend. UNAVAILABLE when the device is not present or fullband was built

@@ -15,7 +15,7 @@
 #include <limits>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
 namespace {
@@ -53,72 +53,6 @@ Geometry MakeGeometry(const Tensor& q, const Tensor& k, const Tensor& v,
   return g;
 }
 
-// Softmax of score rows in place. Row i (query t0 + i) covers keys [k0, k0 + n); entries
-// outside [KeyBegin(t), t] become 0. Writes lse of each row.
-FB_CPU_CLONES void SoftmaxRows(float* s, float* lse, int64_t rows, int64_t n, int64_t t0,
-                               int64_t k0, const Geometry& g) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t t = t0 + i;
-    const int64_t lo = g.KeyBegin(t) - k0, hi = t - k0 + 1;  // valid columns [lo, hi)
-    float* row = s + i * n;
-    VecF vmax = Broadcast(-std::numeric_limits<float>::infinity());
-    int64_t j = lo;
-    for (; j + kLanes <= hi; j += kLanes) vmax = Max(vmax, LoadU(row + j));
-    float m = ReduceMax(vmax);
-    for (; j < hi; ++j) m = std::max(m, row[j]);
-    VecF vsum = Broadcast(0.0f);
-    const VecF vm = Broadcast(m);
-    for (j = lo; j + kLanes <= hi; j += kLanes) {
-      const VecF e = Exp(LoadU(row + j) - vm);
-      StoreU(row + j, e);
-      vsum += e;
-    }
-    if (j < hi) {
-      const int rem = static_cast<int>(hi - j);
-      const VecF e = Exp(LoadPartial(row + j, rem, -std::numeric_limits<float>::infinity()) - vm);
-      StorePartial(row + j, e, rem);
-      vsum += e;
-    }
-    const float sum = ReduceSum(vsum);
-    const float inv = 1.0f / sum;
-    for (j = lo; j < hi; ++j) row[j] *= inv;
-    std::fill(row, row + lo, 0.0f);
-    std::fill(row + hi, row + n, 0.0f);
-    lse[i] = m + std::log(sum);
-  }
-}
-
-// P = exp(S - lse) on the valid entries, 0 elsewhere; then dS = P ⊙ (dP - rowdot) in place of
-// dP, where rowdot[i] = Σ_d dO[i,d]·O[i,d].
-FB_CPU_CLONES void SoftmaxBackwardRows(float* p, float* dp, const float* lse, const float* rowdot,
-                                       int64_t rows, int64_t n, int64_t t0, int64_t k0,
-                                       const Geometry& g) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t t = t0 + i;
-    const int64_t lo = g.KeyBegin(t) - k0, hi = t - k0 + 1;
-    float* pr = p + i * n;
-    float* dr = dp + i * n;
-    const VecF vl = Broadcast(lse[i]);
-    const VecF vd = Broadcast(rowdot[i]);
-    int64_t j = lo;
-    for (; j + kLanes <= hi; j += kLanes) {
-      const VecF e = Exp(LoadU(pr + j) - vl);
-      StoreU(pr + j, e);
-      StoreU(dr + j, e * (LoadU(dr + j) - vd));
-    }
-    if (j < hi) {
-      const int rem = static_cast<int>(hi - j);
-      const VecF e = Exp(LoadPartial(pr + j, rem, 0.0f) - vl);
-      StorePartial(pr + j, e, rem);
-      StorePartial(dr + j, e * (LoadPartial(dr + j, rem, 0.0f) - vd), rem);
-    }
-    std::fill(pr, pr + lo, 0.0f);
-    std::fill(pr + hi, pr + n, 0.0f);
-    std::fill(dr, dr + lo, 0.0f);
-    std::fill(dr + hi, dr + n, 0.0f);
-  }
-}
-
 }  // namespace
 
 void CpuBackend::AttentionForward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
@@ -148,7 +82,7 @@ void CpuBackend::AttentionForward(Tensor out, Tensor lse, Tensor q, Tensor k, Te
         const int64_t k0 = g.KeyBegin(t0), n = t0 + rows - k0;
         GemmSerial(false, true, rows, n, g.dh, g.scale, qh + t0 * g.ldq(), g.ldq(),
                    kh + k0 * g.ldkv(), g.ldkv(), 0.0f, s, n);
-        SoftmaxRows(s, lh + t0, rows, n, t0, k0, g);
+        simd_->softmax_rows(s, lh + t0, rows, n, t0, k0, g.window);
         GemmSerial(false, false, rows, g.dh, n, 1.0f, s, n, vh + k0 * g.ldkv(), g.ldkv(), 0.0f,
                    oh + t0 * g.ldq(), g.ldq());
       }
@@ -208,7 +142,7 @@ void CpuBackend::AttentionBackward(Tensor dq, Tensor dk, Tensor dv, Tensor dout,
                      0.0f, p, n);
           GemmSerial(false, true, rows, n, g.dh, 1.0f, dob, g.ldq(), vh + k0 * g.ldkv(), g.ldkv(),
                      0.0f, dp, n);
-          SoftmaxBackwardRows(p, dp, lh + t0, rowdot, rows, n, t0, k0, g);
+          simd_->softmax_backward_rows(p, dp, lh + t0, rowdot, rows, n, t0, k0, g.window);
           // dQ = scale·dS·K, dK += scale·dSᵀ·Q, dV += Pᵀ·dO.
           GemmSerial(false, false, rows, g.dh, n, g.scale, dp, n, kh + k0 * g.ldkv(), g.ldkv(),
                      0.0f, dqp + qoff + t0 * g.ldq(), g.ldq());

@@ -77,15 +77,13 @@ void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   GemmCall(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-CpuBackend::CpuBackend(int num_threads)
+CpuBackend::CpuBackend(int num_threads, const SimdKernels* simd)
     : threads_(num_threads > 0
                    ? num_threads
-                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      simd_(simd) {
   // oneDNN sizes its parallel regions from the OpenMP default; this backend owns that setting.
   omp_set_num_threads(threads_);
-  isa_ = __builtin_cpu_supports("avx512f") ? "avx512"
-         : __builtin_cpu_supports("avx2")  ? "avx2"
-                                           : "sse";
   for (int i = 0; i < threads_ * kScratchSlots; ++i)
     scratch_.push_back(std::make_unique<Scratch>());
 }
@@ -95,7 +93,8 @@ CpuBackend::~CpuBackend() {
 }
 
 std::string CpuBackend::name() const {
-  return "cpu (" + isa_ + ", " + std::to_string(threads_) + " threads, oneDNN sgemm)";
+  return "cpu (" + std::string(simd_->isa) + ", " + std::to_string(threads_) +
+         " threads, oneDNN sgemm)";
 }
 
 Scratch& CpuBackend::ThreadScratch(int thread, int slot) {

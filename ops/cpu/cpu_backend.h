@@ -1,11 +1,11 @@
 // CpuBackend: the reference-grade, fast CPU implementation of ops::Backend.
 //
 // GEMMs go to oneDNN's sgemm (JIT AVX-512/AVX2 kernels chosen by CPUID, so the result does not
-// depend on OPENBLAS_CORETYPE); every other op is a loop nest here, vectorized through target
-// clones (vec_math.h) and parallelized with OpenMP over `num_threads` threads using static
-// schedules, so a given thread count gives bitwise-identical results run to run.
-// Large allocations are mmapped with transparent huge pages and pre-faulted in parallel.
-// Per-op temporaries come from per-thread scratch buffers that grow once and are reused.
+// depend on OPENBLAS_CORETYPE); every other op is a loop nest here, vectorized for the widest
+// instruction set the CPU runs (ops/cpu/simd_kernels.h) and parallelized with OpenMP over
+// `num_threads` threads using static schedules, so a given thread count gives bitwise-identical
+// results run to run. Large allocations are mmapped with transparent huge pages and pre-faulted in
+// parallel. Per-op temporaries come from per-thread scratch buffers that grow once and are reused.
 #pragma once
 
 #include <memory>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
 
@@ -44,7 +45,8 @@ void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads);
+  // num_threads 0: all cores. simd: the vectorized loops to run (DefaultSimdKernels()).
+  CpuBackend(int num_threads, const SimdKernels* simd);
   ~CpuBackend() override;
 
   Device device() const override { return Device::kCpu; }
@@ -103,8 +105,8 @@ class CpuBackend final : public Backend {
   const float* RopeTable(int64_t t, int64_t dh, float theta);
 
   int threads_;
-  std::string isa_;
-  std::mutex alloc_mu_;  // guards sizes_
+  const SimdKernels* simd_;  // the vectorized loops for this CPU
+  std::mutex alloc_mu_;      // guards sizes_
   std::unordered_map<void*, size_t> sizes_;
   static constexpr int kScratchSlots = 3;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // threads_ * kScratchSlots

@@ -1,6 +1,5 @@
 // CpuBackend: embedding, head gate, SwiGLU, shift, feedback mix, residual, fill/scale.
-// Row-parallel loops with static schedules; inner loops vectorized by the compiler inside
-// target clones (vec_math.h).
+// The vectorized loops are in ops/cpu/simd_kernels.cc.
 #include <omp.h>
 
 #include <algorithm>
@@ -8,143 +7,13 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
 namespace {
 
 void CheckF32Cpu(const Tensor& t) {
   FB_CHECK(t.dtype == DType::kF32 && t.device == Device::kCpu) << t.ToString();
-}
-
-FB_CPU_CLONES void SigmoidGateRows(float* out, const float* x, const float* gate, int64_t rows,
-                                   int64_t width, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float s = 1.0f / (1.0f + std::exp(-gate[r]));
-    const float* xr = x + r * width;
-    float* o = out + r * width;
-#pragma omp simd
-    for (int64_t j = 0; j < width; ++j) o[j] = xr[j] * s;
-  }
-}
-
-FB_CPU_CLONES void SigmoidGateRowsBackward(float* dx, float* dgate, const float* dout,
-                                           const float* x, const float* gate, int64_t rows,
-                                           int64_t width, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float s = 1.0f / (1.0f + std::exp(-gate[r]));
-    const float* xr = x + r * width;
-    const float* d = dout + r * width;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j < width; ++j) dot += d[j] * xr[j];
-    float* dxr = dx + r * width;
-#pragma omp simd
-    for (int64_t j = 0; j < width; ++j) dxr[j] = d[j] * s;
-    dgate[r] = dot * s * (1.0f - s);
-  }
-}
-
-FB_CPU_CLONES void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n,
-                                int threads) {
-  const int64_t blocks = (n + kLanes - 1) / kLanes;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t i = blk * kLanes;
-    const int rem = static_cast<int>(std::min<int64_t>(kLanes, n - i));
-    const VecF g = rem == kLanes ? LoadU(gate + i) : LoadPartial(gate + i, rem, 0.0f);
-    const VecF u = rem == kLanes ? LoadU(up + i) : LoadPartial(up + i, rem, 0.0f);
-    const VecF y = g * Sigmoid(g) * u;
-    if (rem == kLanes) {
-      StoreU(out + i, y);
-    } else {
-      StorePartial(out + i, y, rem);
-    }
-  }
-}
-
-FB_CPU_CLONES void SwiGluBackwardKernel(float* dgate, float* dup, const float* dout,
-                                        const float* gate, const float* up, int64_t n,
-                                        int threads) {
-  const int64_t blocks = (n + kLanes - 1) / kLanes;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t i = blk * kLanes;
-    const int rem = static_cast<int>(std::min<int64_t>(kLanes, n - i));
-    const VecF g = rem == kLanes ? LoadU(gate + i) : LoadPartial(gate + i, rem, 0.0f);
-    const VecF u = rem == kLanes ? LoadU(up + i) : LoadPartial(up + i, rem, 0.0f);
-    const VecF d = rem == kLanes ? LoadU(dout + i) : LoadPartial(dout + i, rem, 0.0f);
-    const VecF s = Sigmoid(g);
-    const VecF silu = g * s;
-    // d silu / dg = s · (1 + g · (1 - s))
-    const VecF dg = d * u * s * (Broadcast(1.0f) + g * (Broadcast(1.0f) - s));
-    const VecF du = d * silu;
-    if (rem == kLanes) {
-      StoreU(dgate + i, dg);
-      StoreU(dup + i, du);
-    } else {
-      StorePartial(dgate + i, dg, rem);
-      StorePartial(dup + i, du, rem);
-    }
-  }
-}
-
-FB_CPU_CLONES void FeedbackMixKernel(float* out, const float* value, const float* gate,
-                                     const float* e, const uint8_t* plain, int64_t rows,
-                                     int64_t width, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = out + r * width;
-    if (plain[r]) {
-      std::memcpy(o, e + r * width, width * sizeof(float));
-      continue;
-    }
-    const float* vr = value + r * width;
-    const float* gr = gate + r * width;
-    int64_t j = 0;
-    for (; j + kLanes <= width; j += kLanes) StoreU(o + j, LoadU(vr + j) * Sigmoid(LoadU(gr + j)));
-    if (j < width) {
-      const int rem = static_cast<int>(width - j);
-      StorePartial(o + j, LoadPartial(vr + j, rem, 0) * Sigmoid(LoadPartial(gr + j, rem, 0)), rem);
-    }
-  }
-}
-
-FB_CPU_CLONES void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de,
-                                             const float* dout, const float* value,
-                                             const float* gate, const uint8_t* plain, int64_t rows,
-                                             int64_t width, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t off = r * width;
-    if (plain[r]) {
-      std::memcpy(de + off, dout + off, width * sizeof(float));
-      std::memset(dvalue + off, 0, width * sizeof(float));
-      std::memset(dgate + off, 0, width * sizeof(float));
-      continue;
-    }
-    std::memset(de + off, 0, width * sizeof(float));
-    for (int64_t j = 0; j < width; j += kLanes) {
-      const int rem = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-      const VecF d = LoadPartial(dout + off + j, rem, 0);
-      const VecF v = LoadPartial(value + off + j, rem, 0);
-      const VecF s = Sigmoid(LoadPartial(gate + off + j, rem, 0));
-      StorePartial(dvalue + off + j, d * s, rem);
-      StorePartial(dgate + off + j, d * v * s * (Broadcast(1.0f) - s), rem);
-    }
-  }
-}
-
-FB_CPU_CLONES void AxpyKernel(float* y, const float* x, float alpha, int64_t n, int threads) {
-#pragma omp parallel for simd num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-FB_CPU_CLONES void ScaleCopyKernel(float* y, const float* x, float alpha, int64_t n, int threads) {
-#pragma omp parallel for simd num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
 }
 
 }  // namespace
@@ -164,7 +33,7 @@ void CpuBackend::Zero(Tensor x) {
 
 void CpuBackend::Scale(Tensor x, float alpha) {
   CheckF32Cpu(x);
-  ScaleCopyKernel(x.f32(), x.f32(), alpha, x.numel(), threads_);
+  simd_->scale_copy(x.f32(), x.f32(), alpha, x.numel(), threads_);
 }
 
 void CpuBackend::EmbeddingForward(Tensor out, Tensor table, Tensor ids) {
@@ -216,7 +85,7 @@ void CpuBackend::HeadGateForward(Tensor out, Tensor x, Tensor gate) {
   const int64_t dh = x.dim(x.rank() - 1);
   const int64_t rows = x.numel() / dh;
   FB_CHECK_EQ(gate.numel(), rows) << "gate " << gate.ToString() << " for x " << x.ToString();
-  SigmoidGateRows(out.f32(), x.f32(), gate.f32(), rows, dh, threads_);
+  simd_->sigmoid_gate_rows(out.f32(), x.f32(), gate.f32(), rows, dh, threads_);
 }
 
 void CpuBackend::HeadGateBackward(Tensor dx, Tensor dgate, Tensor dout, Tensor x, Tensor gate) {
@@ -226,22 +95,22 @@ void CpuBackend::HeadGateBackward(Tensor dx, Tensor dgate, Tensor dout, Tensor x
   const int64_t dh = x.dim(x.rank() - 1);
   const int64_t rows = x.numel() / dh;
   FB_CHECK_EQ(gate.numel(), rows);
-  SigmoidGateRowsBackward(dx.f32(), dgate.f32(), dout.f32(), x.f32(), gate.f32(), rows, dh,
-                          threads_);
+  simd_->sigmoid_gate_rows_backward(dx.f32(), dgate.f32(), dout.f32(), x.f32(), gate.f32(), rows,
+                                    dh, threads_);
 }
 
 void CpuBackend::SwiGluForward(Tensor out, Tensor gate, Tensor up) {
   CheckF32Cpu(out);
   FB_CHECK(out.shape == gate.shape && gate.shape == up.shape);
-  SwiGluKernel(out.f32(), gate.f32(), up.f32(), out.numel(), threads_);
+  simd_->swiglu(out.f32(), gate.f32(), up.f32(), out.numel(), threads_);
 }
 
 void CpuBackend::SwiGluBackward(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) {
   CheckF32Cpu(dgate);
   FB_CHECK(dgate.shape == gate.shape && dup.shape == gate.shape && dout.shape == gate.shape &&
            up.shape == gate.shape);
-  SwiGluBackwardKernel(dgate.f32(), dup.f32(), dout.f32(), gate.f32(), up.f32(), gate.numel(),
-                       threads_);
+  simd_->swiglu_backward(dgate.f32(), dup.f32(), dout.f32(), gate.f32(), up.f32(), gate.numel(),
+                         threads_);
 }
 
 void CpuBackend::ShiftRightForward(Tensor out, Tensor x) {
@@ -283,8 +152,8 @@ void CpuBackend::FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tenso
   FB_CHECK(out.rank() == 2 && value.shape == out.shape && gate.shape == out.shape &&
            e.shape == out.shape);
   FB_CHECK_EQ(plain.numel(), out.dim(0));
-  FeedbackMixKernel(out.f32(), value.f32(), gate.f32(), e.f32(), plain.u8(), out.dim(0), out.dim(1),
-                    threads_);
+  simd_->feedback_mix(out.f32(), value.f32(), gate.f32(), e.f32(), plain.u8(), out.dim(0),
+                      out.dim(1), threads_);
 }
 
 void CpuBackend::FeedbackMixBackward(Tensor dvalue, Tensor dgate, Tensor de, Tensor dout,
@@ -293,20 +162,20 @@ void CpuBackend::FeedbackMixBackward(Tensor dvalue, Tensor dgate, Tensor de, Ten
   FB_CHECK(dout.rank() == 2 && dvalue.shape == dout.shape && dgate.shape == dout.shape &&
            de.shape == dout.shape && value.shape == dout.shape && gate.shape == dout.shape);
   FB_CHECK_EQ(plain.numel(), dout.dim(0));
-  FeedbackMixBackwardKernel(dvalue.f32(), dgate.f32(), de.f32(), dout.f32(), value.f32(),
-                            gate.f32(), plain.u8(), dout.dim(0), dout.dim(1), threads_);
+  simd_->feedback_mix_backward(dvalue.f32(), dgate.f32(), de.f32(), dout.f32(), value.f32(),
+                               gate.f32(), plain.u8(), dout.dim(0), dout.dim(1), threads_);
 }
 
 void CpuBackend::ResidualForward(Tensor x, Tensor branch, float scale) {
   CheckF32Cpu(x);
   FB_CHECK(x.shape == branch.shape);
-  AxpyKernel(x.f32(), branch.f32(), scale, x.numel(), threads_);
+  simd_->axpy(x.f32(), branch.f32(), scale, x.numel(), threads_);
 }
 
 void CpuBackend::ResidualBackward(Tensor dbranch, Tensor dx, float scale) {
   CheckF32Cpu(dbranch);
   FB_CHECK(dbranch.shape == dx.shape);
-  ScaleCopyKernel(dbranch.f32(), dx.f32(), scale, dx.numel(), threads_);
+  simd_->scale_copy(dbranch.f32(), dx.f32(), scale, dx.numel(), threads_);
 }
 
 }  // namespace fullband::ops::cpu

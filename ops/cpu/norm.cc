@@ -7,88 +7,16 @@
 #include <vector>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
-namespace {
-
-FB_CPU_CLONES void RmsNormRows(float* out, float* rstd, const float* x, const float* gain,
-                               int64_t rows, int64_t d, float eps, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * d;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
-    const float s = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    rstd[r] = s;
-    float* o = out + r * d;
-#pragma omp simd
-    for (int64_t j = 0; j < d; ++j) o[j] = xr[j] * s * gain[j];
-  }
-}
-
-// dx = s·(g⊙dy) - s³·x·Σ(g⊙dy⊙x)/D per row; dgain += Σ_rows dy⊙x·s, summed per thread over
-// a fixed row range and then across threads in thread order (deterministic).
-FB_CPU_CLONES void RmsNormBackwardRows(float* dx, float* dgain_partials, const float* dout,
-                                       const float* x, const float* gain, const float* rstd,
-                                       int64_t rows, int64_t d, int threads) {
-#pragma omp parallel num_threads(threads)
-  {
-    float* dg = dgain_partials + static_cast<int64_t>(omp_get_thread_num()) * d;
-    std::memset(dg, 0, d * sizeof(float));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * d;
-      const float* dy = dout + r * d;
-      const float s = rstd[r];
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j < d; ++j) dot += gain[j] * dy[j] * xr[j];
-      const float c = s * s * s * dot / static_cast<float>(d);
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) dg[j] += dy[j] * xr[j] * s;
-      float* dxr = dx + r * d;  // may alias dy: every dy[j] is read before dx[j] is written
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) dxr[j] = s * gain[j] * dy[j] - c * xr[j];
-    }
-  }
-}
-
-// Rotates pairs (i, i + half) of every head of every row by angle t·inv_freq[i], t = row's
-// position along T; sign = +1 forward, -1 for the inverse (backward).
-FB_CPU_CLONES void RopeRows(float* out, const float* x, const float* cos_table,
-                            const float* sin_table, int64_t b, int64_t t, int64_t heads, int64_t dh,
-                            float sign, int threads) {
-  const int64_t half = dh / 2;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t row = 0; row < b * t; ++row) {
-    const int64_t pos = row % t;
-    const float* c = cos_table + pos * half;
-    const float* s = sin_table + pos * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* xr = x + (row * heads + h) * dh;
-      float* o = out + (row * heads + h) * dh;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float x1 = xr[i], x2 = xr[i + half];
-        const float si = sign * s[i];
-        o[i] = x1 * c[i] - x2 * si;
-        o[i + half] = x2 * c[i] + x1 * si;
-      }
-    }
-  }
-}
-
-}  // namespace
-
 void CpuBackend::RmsNormForward(Tensor out, Tensor rstd, Tensor x, Tensor gain, float eps) {
   FB_CHECK(x.rank() >= 1 && out.shape == x.shape) << out.ToString() << " vs " << x.ToString();
   const int64_t d = x.dim(x.rank() - 1);
   const int64_t rows = x.numel() / std::max<int64_t>(d, 1);
   FB_CHECK_EQ(gain.numel(), d);
   FB_CHECK_EQ(rstd.numel(), rows);
-  RmsNormRows(out.f32(), rstd.f32(), x.f32(), gain.f32(), rows, d, eps, threads_);
+  simd_->rms_norm_rows(out.f32(), rstd.f32(), x.f32(), gain.f32(), rows, d, eps, threads_);
 }
 
 void CpuBackend::RmsNormBackward(Tensor dx, Tensor dgain, Tensor dout, Tensor x, Tensor gain,
@@ -100,8 +28,8 @@ void CpuBackend::RmsNormBackward(Tensor dx, Tensor dgain, Tensor dout, Tensor x,
   FB_CHECK_EQ(dgain.numel(), d);
   FB_CHECK_EQ(rstd.numel(), rows);
   float* partials = ThreadScratch(0, 0).Floats(static_cast<size_t>(threads_) * d);
-  RmsNormBackwardRows(dx.f32(), partials, dout.f32(), x.f32(), gain.f32(), rstd.f32(), rows, d,
-                      threads_);
+  simd_->rms_norm_backward_rows(dx.f32(), partials, dout.f32(), x.f32(), gain.f32(), rstd.f32(),
+                                rows, d, threads_);
   float* dg = dgain.f32();
   for (int th = 0; th < threads_; ++th) {
     const float* p = partials + static_cast<int64_t>(th) * d;
@@ -146,7 +74,8 @@ void CpuBackend::RopeForward(Tensor out, Tensor x, float theta) {
   const int64_t b = x.dim(0), t = x.dim(1), heads = x.dim(2), dh = x.dim(3);
   FB_CHECK(dh % 2 == 0) << "RoPE needs an even head_dim, got " << dh;
   const float* table = RopeTable(t, dh, theta);
-  RopeRows(out.f32(), x.f32(), table, table + rope_t_ * dh / 2, b, t, heads, dh, 1.0f, threads_);
+  simd_->rope_rows(out.f32(), x.f32(), table, table + rope_t_ * dh / 2, b, t, heads, dh, 1.0f,
+                   threads_);
 }
 
 void CpuBackend::RopeBackward(Tensor dx, Tensor dout, float theta) {
@@ -154,7 +83,8 @@ void CpuBackend::RopeBackward(Tensor dx, Tensor dout, float theta) {
   const int64_t b = dout.dim(0), t = dout.dim(1), heads = dout.dim(2), dh = dout.dim(3);
   FB_CHECK(dh % 2 == 0) << "RoPE needs an even head_dim, got " << dh;
   const float* table = RopeTable(t, dh, theta);
-  RopeRows(dx.f32(), dout.f32(), table, table + rope_t_ * dh / 2, b, t, heads, dh, -1.0f, threads_);
+  simd_->rope_rows(dx.f32(), dout.f32(), table, table + rope_t_ * dh / 2, b, t, heads, dh, -1.0f,
+                   threads_);
 }
 
 }  // namespace fullband::ops::cpu

@@ -5,37 +5,17 @@
 #include <vector>
 
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
-namespace {
-
-FB_CPU_CLONES void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
-                               float beta1, float beta2, float eps, float decay, float grad_scale,
-                               float bias1, float bias2, int threads) {
-  // PyTorch AdamW order: p *= 1 - lr·wd; then p -= lr · m̂ / (sqrt(v̂) + eps).
-#pragma omp parallel for simd num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * grad_scale;
-    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float pi = p[i] * decay;
-    p[i] = pi - lr * (mi / bias1) / (std::sqrt(vi / bias2) + eps);
-  }
-}
-
-}  // namespace
-
 void CpuBackend::AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWOptions& o) {
   const int64_t n = param.numel();
   FB_CHECK(grad.numel() == n && m.numel() == n && v.numel() == n);
   FB_CHECK(o.step >= 1) << "AdamW step numbers start at 1, got " << o.step;
   const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), o.step));
   const float bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), o.step));
-  AdamWKernel(param.f32(), grad.f32(), m.f32(), v.f32(), n, o.lr, o.beta1, o.beta2, o.eps,
-              1.0f - o.lr * o.weight_decay, o.grad_scale, bias1, bias2, threads_);
+  simd_->adamw(param.f32(), grad.f32(), m.f32(), v.f32(), n, o.lr, o.beta1, o.beta2, o.eps,
+               1.0f - o.lr * o.weight_decay, o.grad_scale, bias1, bias2, threads_);
 }
 
 double CpuBackend::SumSquares(Tensor x) {

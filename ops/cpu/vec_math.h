@@ -1,25 +1,27 @@
-// Portable SIMD helpers for the CPU kernels: 16-lane float vectors (GCC vector extensions) and
-// a vectorized exp. Code using them is compiled in target clones (FB_CPU_CLONES), so the same
-// source becomes AVX-512, AVX2 or SSE code, chosen once at load time by the CPU's features.
+// SIMD helpers for the CPU kernels: float vectors of the target's native width (GCC vector
+// extensions) and a vectorized exp. Only ops/cpu/simd_kernels.cc includes this header; it is
+// compiled once per instruction set, and everything here lives in that build's namespace
+// FB_SIMD_NS (Note [One kernel file per instruction set] in ops/cpu/simd_kernels.h).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-// Emits AVX-512, AVX2 and baseline versions of a function; the dynamic loader picks one.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define FB_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FB_CPU_CLONES
+#ifndef FB_SIMD_NS
+#error "vec_math.h is for ops/cpu/simd_kernels.cc, built with FB_SIMD_NS set (ops/CMakeLists.txt)"
 #endif
 
-// Every helper below is force-inlined into its (cloned) caller: a 64-byte vector must never
-// cross a call between code compiled for different targets, whose vector ABIs differ.
 #define FB_VEC_INLINE inline __attribute__((always_inline))
 
-namespace fullband::ops::cpu {
+namespace fullband::ops::cpu::FB_SIMD_NS {
 
+#if defined(__AVX512F__)
 inline constexpr int kLanes = 16;
+#elif defined(__AVX__)
+inline constexpr int kLanes = 8;
+#else
+inline constexpr int kLanes = 4;
+#endif
 typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
 typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
@@ -42,6 +44,18 @@ FB_VEC_INLINE void StorePartial(float* p, VecF v, int n) {
   for (int i = 0; i < n; ++i) p[i] = v[i];
 }
 
+// n ≤ kLanes floats: a whole vector when n == kLanes, else a partial one (zero-filled).
+FB_VEC_INLINE VecF LoadUpTo(const float* p, int n) {
+  return n == kLanes ? LoadU(p) : LoadPartial(p, n, 0.0f);
+}
+FB_VEC_INLINE void StoreUpTo(float* p, VecF v, int n) {
+  if (n == kLanes) {
+    StoreU(p, v);
+  } else {
+    StorePartial(p, v, n);
+  }
+}
+
 FB_VEC_INLINE VecF Max(VecF a, VecF b) { return a > b ? a : b; }
 
 FB_VEC_INLINE float ReduceMax(VecF v) {
@@ -50,7 +64,7 @@ FB_VEC_INLINE float ReduceMax(VecF v) {
   return m;
 }
 FB_VEC_INLINE float ReduceSum(VecF v) {
-  // Pairwise, in a fixed order (results must not depend on the clone chosen).
+  // Pairwise, in a fixed order.
   float s[kLanes];
   std::memcpy(s, &v, sizeof(s));
   for (int w = kLanes / 2; w > 0; w /= 2) {
@@ -102,4 +116,4 @@ FB_VEC_INLINE VecF Exp(VecF x) {
 
 FB_VEC_INLINE VecF Sigmoid(VecF x) { return Broadcast(1.0f) / (Broadcast(1.0f) + Exp(-x)); }
 
-}  // namespace fullband::ops::cpu
+}  // namespace fullband::ops::cpu::FB_SIMD_NS

@@ -1,4 +1,5 @@
-// BackendTest: creates the backend under test (skipping cuda instances without a device),
+// BackendTest: creates the backend under test (skipping cuda instances without a device and
+// CPU instances whose instruction set this CPU lacks),
 // tracks and frees device buffers, moves host data in and out, and compares results.
 #include "tests/ops/backend_fixture.h"
 
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::test {
 
@@ -15,8 +17,13 @@ void BackendTest::SetUp() {
   if (device() == Device::kCuda && !CudaAvailable()) {
     GTEST_SKIP() << "no CUDA device: CUDA parity not run";
   }
-  StatusOr<std::unique_ptr<Backend>> created = CreateBackend({.device = device()});
-  ASSERT_TRUE(created.ok()) << "CreateBackend(" << DeviceName(device())
+  const BackendVariant& variant = GetParam();
+  if (device() == Device::kCpu && ops::cpu::SimdKernelsFor(variant.cpu_isa) == nullptr) {
+    GTEST_SKIP() << "this CPU does not run the " << variant.cpu_isa << " kernels";
+  }
+  StatusOr<std::unique_ptr<Backend>> created =
+      CreateBackend({.device = device(), .cpu_isa = variant.cpu_isa});
+  ASSERT_TRUE(created.ok()) << "CreateBackend(" << BackendVariantName(variant)
                             << "): " << created.status().ToString();
   backend_ = std::move(created).value();
   ASSERT_EQ(backend_->device(), device());
@@ -113,8 +120,12 @@ std::vector<int32_t> BackendTest::RandomIds(size_t n, int32_t lo, int32_t hi) {
   return out;
 }
 
-std::string BackendParamName(const ::testing::TestParamInfo<Device>& info) {
-  return info.param == Device::kCpu ? "cpu" : "cuda";
+std::string BackendVariantName(const BackendVariant& variant) {
+  return variant.device == Device::kCpu ? std::string("cpu_") + variant.cpu_isa : "cuda";
+}
+
+std::string BackendParamName(const ::testing::TestParamInfo<BackendVariant>& info) {
+  return BackendVariantName(info.param);
 }
 
 ref::Vec ToF64(const std::vector<float>& x) { return ref::Vec(x.begin(), x.end()); }

@@ -1,5 +1,6 @@
-// BackendTest: a GoogleTest fixture parameterized over the ops backends — cpu always, cuda
-// always instantiated but skipped (visibly) without a device — with helpers that move host
+// BackendTest: a GoogleTest fixture parameterized over the ops backends — the CPU backend once
+// per instruction set of its vectorized loops (avx512, avx2, sse; an instance the CPU cannot run
+// is skipped, visibly), and cuda, skipped without a device — with helpers that move host
 // vectors into and out of backend buffers, so every op test is backend-generic, and
 // comparison helpers that name the worst element. Buffers are freed in TearDown.
 // Instantiate a suite with FB_INSTANTIATE_BACKEND_TEST_SUITE(MySuite).
@@ -23,13 +24,19 @@ namespace fullband::ops::test {
 
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-class BackendTest : public ::testing::TestWithParam<Device> {
+// One backend under test: a device, and on the CPU the instruction set of its kernels.
+struct BackendVariant {
+  Device device;
+  const char* cpu_isa;  // "" for cuda
+};
+
+class BackendTest : public ::testing::TestWithParam<BackendVariant> {
  protected:
   void SetUp() override;
   void TearDown() override;
 
   Backend& backend() { return *backend_; }
-  Device device() const { return GetParam(); }
+  Device device() const { return GetParam().device; }
 
   // Device buffers holding a copy of `host` (numel must match), freed in TearDown.
   Tensor Upload(const std::vector<float>& host, Shape shape);
@@ -59,8 +66,9 @@ class BackendTest : public ::testing::TestWithParam<Device> {
   std::mt19937_64 rng_;
 };
 
-// "cpu" / "cuda": the instance suffix in test names.
-std::string BackendParamName(const ::testing::TestParamInfo<Device>& info);
+// "cpu_avx2", "cpu_sse", ... / "cuda": the instance suffix in test names.
+std::string BackendVariantName(const BackendVariant& variant);
+std::string BackendParamName(const ::testing::TestParamInfo<BackendVariant>& info);
 
 // Exact f32 -> f64, and rounding f64 -> f32 (to feed reference values to a backend).
 ref::Vec ToF64(const std::vector<float>& x);
@@ -83,13 +91,19 @@ ref::Vec Plus(const ref::Vec& a, const ref::Vec& b);
 
 }  // namespace fullband::ops::test
 
-namespace fullband::ops {
-// Lets GoogleTest print a Device parameter as "cpu" / "cuda" instead of raw bytes.
-inline void PrintTo(Device device, std::ostream* os) { *os << DeviceName(device); }
-}  // namespace fullband::ops
+namespace fullband::ops::test {
+// Lets GoogleTest print a parameter as "cpu_avx2" / "cuda" instead of raw bytes.
+inline void PrintTo(const BackendVariant& variant, std::ostream* os) {
+  *os << BackendVariantName(variant);
+}
+}  // namespace fullband::ops::test
 
-#define FB_INSTANTIATE_BACKEND_TEST_SUITE(suite)                                        \
-  INSTANTIATE_TEST_SUITE_P(                                                             \
-      Backends, suite,                                                                  \
-      ::testing::Values(::fullband::ops::Device::kCpu, ::fullband::ops::Device::kCuda), \
+#define FB_INSTANTIATE_BACKEND_TEST_SUITE(suite)                                          \
+  INSTANTIATE_TEST_SUITE_P(                                                               \
+      Backends, suite,                                                                    \
+      ::testing::Values(                                                                  \
+          ::fullband::ops::test::BackendVariant{::fullband::ops::Device::kCpu, "avx512"}, \
+          ::fullband::ops::test::BackendVariant{::fullband::ops::Device::kCpu, "avx2"},   \
+          ::fullband::ops::test::BackendVariant{::fullband::ops::Device::kCpu, "sse"},    \
+          ::fullband::ops::test::BackendVariant{::fullband::ops::Device::kCuda, ""}),     \
       ::fullband::ops::test::BackendParamName)
