@@ -2,17 +2,30 @@
 // namespace FB_SIMD_NS (Note [One kernel file per instruction set] in ops/cpu/simd_kernels.h).
 #include "ops/cpu/simd_kernels.h"
 
+#include <math.h>
 #include <omp.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "ops/cpu/vec_math.h"
 
 namespace fullband::ops::cpu::FB_SIMD_NS {
 namespace {
+
+// Note [No shared inline functions]: every function this file defines has internal linkage
+// (or is force-inlined). An inline function with external linkage, such as an instantiation of
+// std::min or std::fill that the compiler did not inline (as at -O0), would be emitted by each
+// of the three builds under one name, and the linker would keep any one of them: the AVX-512
+// copy could then run on a CPU without AVX-512. So this file uses these small helpers and the C
+// math functions instead of <algorithm> and <cmath>; the simd_kernels_symbols test checks the
+// built objects.
+constexpr float kInf = __builtin_inff();
+int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
+int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
+float MaxF(float a, float b) { return a > b ? a : b; }
+void Fill(float* begin, float* end, float value) {
+  for (float* p = begin; p < end; ++p) *p = value;
+}
 
 // ---- Cross-entropy
 
@@ -20,7 +33,7 @@ namespace {
 // then the sum of exp(x - max). Four independent accumulators keep the SIMD units busy; the
 // lanes are combined in a fixed order.
 float RowLogSumExp(const float* row, int64_t v) {
-  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const float kNegInf = -kInf;
   VecF m0 = Broadcast(kNegInf), m1 = m0, m2 = m0, m3 = m0;
   int64_t j = 0;
   for (; j + 4 * kLanes <= v; j += 4 * kLanes) {
@@ -30,7 +43,7 @@ float RowLogSumExp(const float* row, int64_t v) {
     m3 = Max(m3, LoadU(row + j + 3 * kLanes));
   }
   for (; j < v; j += kLanes) {
-    m0 = Max(m0, LoadPartial(row + j, static_cast<int>(std::min<int64_t>(kLanes, v - j)), kNegInf));
+    m0 = Max(m0, LoadPartial(row + j, static_cast<int>(MinI(kLanes, v - j)), kNegInf));
   }
   const float m = ReduceMax(Max(Max(m0, m1), Max(m2, m3)));
   if (m == kNegInf) return kNegInf;  // every logit is -inf
@@ -43,10 +56,10 @@ float RowLogSumExp(const float* row, int64_t v) {
     s3 += Exp(LoadU(row + j + 3 * kLanes) - vm);
   }
   for (; j < v; j += kLanes) {
-    const int rem = static_cast<int>(std::min<int64_t>(kLanes, v - j));
+    const int rem = static_cast<int>(MinI(kLanes, v - j));
     s0 += Exp(LoadPartial(row + j, rem, kNegInf) - vm);
   }
-  return m + std::log(ReduceSum((s0 + s1) + (s2 + s3)));
+  return m + logf(ReduceSum((s0 + s1) + (s2 + s3)));
 }
 
 void RowSoftmaxScaled(float* drow, const float* row, int64_t v, float lse, float coef) {
@@ -63,9 +76,7 @@ void RowSoftmaxScaled(float* drow, const float* row, int64_t v, float lse, float
 // ---- Attention score blocks
 
 // First key visible from query t.
-int64_t KeyBegin(int64_t t, int64_t window) {
-  return window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
-}
+int64_t KeyBegin(int64_t t, int64_t window) { return window > 0 ? MaxI(0, t - window + 1) : 0; }
 
 // Softmax of score rows in place. Row i (query t0 + i) covers keys [k0, k0 + n); entries
 // outside [KeyBegin(t), t] become 0. Writes lse of each row.
@@ -75,11 +86,11 @@ void SoftmaxRows(float* s, float* lse, int64_t rows, int64_t n, int64_t t0, int6
     const int64_t t = t0 + i;
     const int64_t lo = KeyBegin(t, window) - k0, hi = t - k0 + 1;  // valid columns [lo, hi)
     float* row = s + i * n;
-    VecF vmax = Broadcast(-std::numeric_limits<float>::infinity());
+    VecF vmax = Broadcast(-kInf);
     int64_t j = lo;
     for (; j + kLanes <= hi; j += kLanes) vmax = Max(vmax, LoadU(row + j));
     float m = ReduceMax(vmax);
-    for (; j < hi; ++j) m = std::max(m, row[j]);
+    for (; j < hi; ++j) m = MaxF(m, row[j]);
     VecF vsum = Broadcast(0.0f);
     const VecF vm = Broadcast(m);
     for (j = lo; j + kLanes <= hi; j += kLanes) {
@@ -89,16 +100,16 @@ void SoftmaxRows(float* s, float* lse, int64_t rows, int64_t n, int64_t t0, int6
     }
     if (j < hi) {
       const int rem = static_cast<int>(hi - j);
-      const VecF e = Exp(LoadPartial(row + j, rem, -std::numeric_limits<float>::infinity()) - vm);
+      const VecF e = Exp(LoadPartial(row + j, rem, -kInf) - vm);
       StorePartial(row + j, e, rem);
       vsum += e;
     }
     const float sum = ReduceSum(vsum);
     const float inv = 1.0f / sum;
     for (j = lo; j < hi; ++j) row[j] *= inv;
-    std::fill(row, row + lo, 0.0f);
-    std::fill(row + hi, row + n, 0.0f);
-    lse[i] = m + std::log(sum);
+    Fill(row, row + lo, 0.0f);
+    Fill(row + hi, row + n, 0.0f);
+    lse[i] = m + logf(sum);
   }
 }
 
@@ -125,10 +136,10 @@ void SoftmaxBackwardRows(float* p, float* dp, const float* lse, const float* row
       StorePartial(pr + j, e, rem);
       StorePartial(dr + j, e * (LoadPartial(dr + j, rem, 0.0f) - vd), rem);
     }
-    std::fill(pr, pr + lo, 0.0f);
-    std::fill(pr + hi, pr + n, 0.0f);
-    std::fill(dr, dr + lo, 0.0f);
-    std::fill(dr + hi, dr + n, 0.0f);
+    Fill(pr, pr + lo, 0.0f);
+    Fill(pr + hi, pr + n, 0.0f);
+    Fill(dr, dr + lo, 0.0f);
+    Fill(dr + hi, dr + n, 0.0f);
   }
 }
 
@@ -138,7 +149,7 @@ void SigmoidGateRows(float* out, const float* x, const float* gate, int64_t rows
                      int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float s = 1.0f / (1.0f + std::exp(-gate[r]));
+    const float s = 1.0f / (1.0f + expf(-gate[r]));
     const float* xr = x + r * width;
     float* o = out + r * width;
 #pragma omp simd
@@ -150,7 +161,7 @@ void SigmoidGateRowsBackward(float* dx, float* dgate, const float* dout, const f
                              const float* gate, int64_t rows, int64_t width, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float s = 1.0f / (1.0f + std::exp(-gate[r]));
+    const float s = 1.0f / (1.0f + expf(-gate[r]));
     const float* xr = x + r * width;
     const float* d = dout + r * width;
     float dot = 0.0f;
@@ -168,7 +179,7 @@ void SwiGluKernel(float* out, const float* gate, const float* up, int64_t n, int
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t i = blk * kLanes;
-    const int rem = static_cast<int>(std::min<int64_t>(kLanes, n - i));
+    const int rem = static_cast<int>(MinI(kLanes, n - i));
     const VecF g = LoadUpTo(gate + i, rem);
     const VecF u = LoadUpTo(up + i, rem);
     const VecF y = g * Sigmoid(g) * u;
@@ -182,7 +193,7 @@ void SwiGluBackwardKernel(float* dgate, float* dup, const float* dout, const flo
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t i = blk * kLanes;
-    const int rem = static_cast<int>(std::min<int64_t>(kLanes, n - i));
+    const int rem = static_cast<int>(MinI(kLanes, n - i));
     const VecF g = LoadUpTo(gate + i, rem);
     const VecF u = LoadUpTo(up + i, rem);
     const VecF d = LoadUpTo(dout + i, rem);
@@ -230,7 +241,7 @@ void FeedbackMixBackwardKernel(float* dvalue, float* dgate, float* de, const flo
     }
     std::memset(de + off, 0, width * sizeof(float));
     for (int64_t j = 0; j < width; j += kLanes) {
-      const int rem = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+      const int rem = static_cast<int>(MinI(kLanes, width - j));
       const VecF d = LoadPartial(dout + off + j, rem, 0);
       const VecF v = LoadPartial(value + off + j, rem, 0);
       const VecF s = Sigmoid(LoadPartial(gate + off + j, rem, 0));
@@ -260,7 +271,7 @@ void RmsNormRows(float* out, float* rstd, const float* x, const float* gain, int
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (int64_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
-    const float s = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    const float s = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
     rstd[r] = s;
     float* o = out + r * d;
 #pragma omp simd
@@ -333,7 +344,7 @@ void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float 
     m[i] = mi;
     v[i] = vi;
     const float pi = p[i] * decay;
-    p[i] = pi - lr * (mi / bias1) / (std::sqrt(vi / bias2) + eps);
+    p[i] = pi - lr * (mi / bias1) / (sqrtf(vi / bias2) + eps);
   }
 }
 
