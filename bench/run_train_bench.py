@@ -13,8 +13,8 @@ PyTorch runs with its best settings, set in the torch subprocess's environment o
 TORCH_BEST_ENV and --env-sweep, which measures the alternatives): OpenBLAS's own kernel choice
 for the CPU (OPENBLAS_CORETYPE unset; this environment sets Haswell, i.e. AVX2 kernels),
 GOMP_SPINCOUNT=0, ATen's AVX-512 kernels where the CPU has them (ATEN_CPU_CAPABILITY=avx512;
-torch 1.13 defaults to AVX2), and glibc malloc kept from returning freed memory to the kernel (no mmap'd chunks,
-no trimming): on this VM a first-touch page fault costs ~10-15 us, so PyTorch's per-op
+torch 1.13 defaults to AVX2), and glibc malloc kept from returning freed memory to the kernel
+(no mmap'd chunks, no trimming): on this VM a first-touch page fault costs ~10-15 us, so PyTorch's per-op
 allocations of fresh memory otherwise dominate the step (the usual advice for PyTorch on CPU is
 jemalloc/tcmalloc via LD_PRELOAD; neither is installed here, these glibc settings do the same
 job).  fullband runs with the environment as given.

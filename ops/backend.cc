@@ -100,13 +100,9 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
     case Device::kCpu: {
       const cpu::SimdKernels* simd = &cpu::DefaultSimdKernels();
       if (!options.cpu_isa.empty()) {
-        simd = cpu::SimdKernelsFor(options.cpu_isa);
-        if (simd == nullptr) {
-          std::string runs;
-          for (const std::string& isa : cpu::SupportedSimdIsas()) runs += " " + isa;
-          return UnavailableError("CPU kernels for '" + options.cpu_isa +
-                                  "' are not available here; this CPU runs:" + runs);
-        }
+        StatusOr<const cpu::SimdKernels*> chosen = cpu::SimdKernelsFor(options.cpu_isa);
+        if (!chosen.ok()) return chosen.status();
+        simd = *chosen;
       }
       return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options.num_threads, simd));
     }

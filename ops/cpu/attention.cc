@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/simd_kernels.h"

@@ -1,10 +1,7 @@
 // CpuBackend: cross-entropy over a block of logits. Memory-bound: forward reads each logit
 // once (online max and sum of exponentials); backward reads it once more and writes dlogits.
-#include <omp.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/simd_kernels.h"

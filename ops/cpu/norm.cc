@@ -1,9 +1,7 @@
 // CpuBackend: RMSNorm (also the per-head QK norm) and RoPE.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "ops/cpu/cpu_backend.h"

@@ -1,6 +1,6 @@
 // CpuBackend: AdamW and the reductions behind global-norm clipping.
-#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "common/logging.h"
 #include "ops/cpu/simd_kernels.h"
 
@@ -60,22 +61,26 @@ std::vector<std::string> SupportedSimdIsas() {
   return isas;
 }
 
-const SimdKernels* SimdKernelsFor(const std::string& isa) {
+StatusOr<const SimdKernels*> SimdKernelsFor(const std::string& isa) {
   for (const Candidate& c : Candidates()) {
     if (c.supported && isa == c.kernels->isa) return c.kernels;
   }
-  return nullptr;
+  return UnavailableError("CPU kernels for '" + isa +
+                          "' are not available here; this CPU runs: " + Join(SupportedSimdIsas()));
 }
 
 const SimdKernels& DefaultSimdKernels() {
-  const std::vector<std::string> isas = SupportedSimdIsas();
   const char* forced = std::getenv("FULLBAND_CPU_ISA");
   if (forced != nullptr && forced[0] != '\0') {
-    if (const SimdKernels* k = SimdKernelsFor(forced)) return *k;
-    FB_LOG(WARNING) << "FULLBAND_CPU_ISA=" << forced << " is not one this CPU runs (" << Join(isas)
-                    << "); using " << isas.front();
+    StatusOr<const SimdKernels*> chosen = SimdKernelsFor(forced);
+    if (chosen.ok()) return **chosen;
+    FB_LOG(WARNING) << "FULLBAND_CPU_ISA: " << chosen.status().message() << "; using the widest";
   }
-  return *SimdKernelsFor(isas.front());
+  for (const Candidate& c : Candidates()) {
+    if (c.supported) return *c.kernels;
+  }
+  FB_CHECK(false) << "no CPU kernels at all";  // the baseline build is always supported
+  return *Candidates().back().kernels;
 }
 
 }  // namespace fullband::ops::cpu

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace fullband::ops::cpu {
 
 struct SimdKernels {
@@ -72,8 +74,9 @@ struct SimdKernels {
 // The instruction sets this build has kernels for and this CPU runs, widest first.
 std::vector<std::string> SupportedSimdIsas();
 
-// The kernels for `isa`, or null when this build or this CPU has none for it.
-const SimdKernels* SimdKernelsFor(const std::string& isa);
+// The kernels for `isa`; UNAVAILABLE, naming the ones this CPU runs, when this build or this
+// CPU has none for it.
+StatusOr<const SimdKernels*> SimdKernelsFor(const std::string& isa);
 
 // The widest supported table, or the one named by FULLBAND_CPU_ISA (sse, avx2, avx512) when
 // that variable is set (to compare instruction sets on one machine). A name this CPU does not

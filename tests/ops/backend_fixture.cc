@@ -18,7 +18,7 @@ void BackendTest::SetUp() {
     GTEST_SKIP() << "no CUDA device: CUDA parity not run";
   }
   const BackendVariant& variant = GetParam();
-  if (device() == Device::kCpu && ops::cpu::SimdKernelsFor(variant.cpu_isa) == nullptr) {
+  if (device() == Device::kCpu && !ops::cpu::SimdKernelsFor(variant.cpu_isa).ok()) {
     GTEST_SKIP() << "this CPU does not run the " << variant.cpu_isa << " kernels";
   }
   StatusOr<std::unique_ptr<Backend>> created =

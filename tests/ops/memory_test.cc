@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/ops/backend_fixture.h"
@@ -87,6 +88,21 @@ TEST(CreateBackendTest, CudaWithoutDevice_ReturnsUnavailable) {
   ASSERT_FALSE(created.ok());
   EXPECT_EQ(created.status().code(), StatusCode::kUnavailable) << created.status().ToString();
   EXPECT_FALSE(created.status().message().empty());
+}
+
+TEST(CreateBackendTest, CpuIsaOption_NamesTheKernelsOrIsUnavailable) {
+  StatusOr<std::unique_ptr<Backend>> sse =
+      CreateBackend({.device = Device::kCpu, .cpu_isa = "sse"});
+  ASSERT_TRUE(sse.ok()) << sse.status().ToString();  // the x86-64 baseline runs everywhere
+  EXPECT_NE((*sse)->name().find("(sse,"), std::string::npos) << (*sse)->name();
+
+  StatusOr<std::unique_ptr<Backend>> bogus =
+      CreateBackend({.device = Device::kCpu, .cpu_isa = "neon512"});
+  ASSERT_FALSE(bogus.ok());
+  EXPECT_EQ(bogus.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(bogus.status().message().find("'neon512'"), std::string::npos)
+      << bogus.status().message();
+  EXPECT_NE(bogus.status().message().find("sse"), std::string::npos) << bogus.status().message();
 }
 
 TEST(CreateBackendTest, Cpu_ReportsItsDeviceAndAName) {
