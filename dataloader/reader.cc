@@ -114,12 +114,16 @@ void BatchReader::Prefetch() {
     }
     StatusOr<Batch> batch = ReadBatch(draws, &scratch);
     if (batch.ok()) batch->cursor_after = std::move(after);
+    bool awaited;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!batch.ok()) error_read_ = true;
       done_.emplace(number, std::move(batch));
+      awaited = number == awaited_;
     }
-    ready_.notify_all();
+    // Waking a thread costs the waker microseconds (an interrupt to the other CPU); only the
+    // batch Next is blocked on is worth one.
+    if (awaited) ready_.notify_one();
   }
 }
 
@@ -138,14 +142,19 @@ StatusOr<Batch> BatchReader::Next() {
   if (failed_) return FailedPreconditionError("reader: stopped after a read error");
   // Batch `delivered_` is claimed by now or will be: a failed earlier batch would have been
   // delivered first, and claims stop only after a failure.
-  ready_.wait(lock, [&] { return done_.count(delivered_) > 0; });
   auto it = done_.find(delivered_);
+  if (it == done_.end()) {
+    awaited_ = delivered_;
+    ready_.wait(lock, [&] { return done_.count(delivered_) > 0; });
+    awaited_ = -1;
+    it = done_.find(delivered_);
+  }
   StatusOr<Batch> batch = std::move(it->second);
   done_.erase(it);
   ++delivered_;
   failed_ = !batch.ok();
   lock.unlock();
-  room_.notify_all();
+  room_.notify_one();  // one batch more may be claimed
   return batch;
 }
 

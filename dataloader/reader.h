@@ -86,7 +86,8 @@ class BatchReader {
   int64_t claimed_ = 0;                      // batches handed to reading threads so far
   int64_t delivered_ = 0;                    // batches returned by Next so far
   std::map<int64_t, StatusOr<Batch>> done_;  // read, not yet delivered, by batch number
-  std::condition_variable ready_;            // a batch was read
+  int64_t awaited_ = -1;                     // the batch Next is blocked on, or -1
+  std::condition_variable ready_;            // batch awaited_ was read
   std::condition_variable room_;             // a batch was delivered, or stop was asked
   bool stop_ = false;
   bool error_read_ = false;  // a thread hit an error: claim nothing more

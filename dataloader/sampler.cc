@@ -1,5 +1,7 @@
 #include "dataloader/sampler.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <sstream>
 
@@ -23,8 +25,7 @@ constexpr uint64_t kBlendSalt = 0xB1E2D3C4A5968778ull;
 
 Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   FB_CHECK(n >= 1 && n < (1ull << 62)) << "permutation size " << n;
-  int bits = 2;
-  while (bits < 62 && (1ull << bits) < n) ++bits;
+  int bits = std::max(2, static_cast<int>(std::bit_width(n - 1)));
   bits += bits & 1;  // an even number of bits: two equal halves
   half_bits_ = bits / 2;
   half_mask_ = (1ull << half_bits_) - 1;
@@ -145,10 +146,15 @@ void Sampler::NextBatch(int rank, int dp, int64_t batch, SamplerCursor* cursor,
   FB_CHECK(dp >= 1 && rank >= 0 && rank < dp) << "rank " << rank << " of " << dp;
   out->clear();
   out->reserve(static_cast<size_t>(batch));
+  // The other ranks' draws only advance the cursor: which source each goes to is all that
+  // this rank needs of them.
   for (int64_t i = 0; i < batch; ++i) {
     for (int r = 0; r < dp; ++r) {
-      Draw d = Next(cursor);
-      if (r == rank) out->push_back(d);
+      if (r == rank) {
+        out->push_back(Next(cursor));
+      } else {
+        ++cursor->consumed[SourceOf(cursor->draws++)];
+      }
     }
   }
 }

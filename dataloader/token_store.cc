@@ -9,6 +9,9 @@
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -53,8 +56,14 @@ int64_t IndexOfKey(std::string_view key) {
 
 size_t ValueBytes(int64_t seq_len) { return static_cast<size_t>(seq_len + 1) * 4 + 8; }
 
+// On x86 the library's dispatching entry point runs the widest XXH3 the CPU has (AVX2 or
+// AVX-512: ≈ 2× fewer instructions per record than the SSE2 default); the value is the same.
 uint64_t Checksum(int64_t index, const char* ids, size_t bytes) {
+#if defined(__x86_64__)
+  return XXH3_64bits_withSeed_dispatch(ids, bytes, static_cast<uint64_t>(index));
+#else
   return XXH3_64bits_withSeed(ids, bytes, static_cast<uint64_t>(index));
+#endif
 }
 
 // The value of record `index` into *value (resized; its buffer is reused across calls).
@@ -348,15 +357,10 @@ Status RocksDbTokenStore::CheckRecord(int64_t index, std::string_view value, uin
   if (sum != Checksum(index, value.data(), static_cast<size_t>(n) * 4)) {
     return DataLossError(path_ + ": sequence " + std::to_string(index) + ": checksum mismatch");
   }
-  // Copy and range-check in one pass.
-  const char* from = value.data();
+  // Copy, then range-check the copy (in L1 now; a plain max loop the compiler vectorizes).
+  std::memcpy(out, value.data(), static_cast<size_t>(n) * 4);
   uint32_t worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t id;
-    std::memcpy(&id, from + 4 * i, 4);
-    out[i] = id;
-    worst = std::max(worst, id);
-  }
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, out[i]);
   if (worst >= metadata_.vocab_size) {
     return DataLossError(path_ + ": sequence " + std::to_string(index) + ": id " +
                          std::to_string(worst) + " >= vocab_size " +
@@ -394,18 +398,25 @@ Status RocksDbTokenStore::Read(std::span<const int64_t> indices, uint32_t* out) 
       for (int b = 0; b < 8; ++b) keys[i][b] = static_cast<char>(v >> (56 - 8 * b));
       slices[i] = rocksdb::Slice(keys[i], 8);
     }
-    std::array<rocksdb::PinnableSlice, kGroup> values;
+    // RocksDB copies each value into its PinnableSlice (blocks read through the mapping are not
+    // pinned); kept per thread, their buffers are allocated once.
+    static thread_local std::array<rocksdb::PinnableSlice, kGroup> values;
     std::array<rocksdb::Status, kGroup> statuses;
     db_->MultiGet(read, handles_[0], count, slices.data(), values.data(), statuses.data(),
                   /*sorted_input=*/true);
-    for (size_t i = 0; i < count; ++i) {
+    Status status;
+    for (size_t i = 0; i < count && status.ok(); ++i) {
       const int64_t index = indices[order[i]];
       if (statuses[i].IsNotFound()) {
-        return DataLossError(path_ + ": sequence " + std::to_string(index) + " is missing");
+        status = DataLossError(path_ + ": sequence " + std::to_string(index) + " is missing");
+      } else if (!statuses[i].ok()) {
+        status = FromRocks(statuses[i], path_ + ": sequence " + std::to_string(index));
+      } else {
+        status = CheckRecord(index, values[i].ToStringView(), out + order[i] * n);
       }
-      FB_RETURN_IF_ERROR(FromRocks(statuses[i], path_ + ": sequence " + std::to_string(index)));
-      FB_RETURN_IF_ERROR(CheckRecord(index, values[i].ToStringView(), out + order[i] * n));
     }
+    for (size_t i = 0; i < count; ++i) values[i].Reset();
+    FB_RETURN_IF_ERROR(status);
   }
   return OkStatus();
 }

@@ -134,6 +134,33 @@ TEST(Sampler, DataParallelShards_AreDisjointAndCoverTheEpoch) {
   EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), static_cast<size_t>(n));
 }
 
+// Rank r's batch holds draws r, r + dp, r + 2·dp, ... of the one stream, blended or not, and
+// every rank's cursor after the batch is the stream's.
+TEST(Sampler, DataParallelShards_AreTheStreamDealtByRank) {
+  const int64_t batch = 5;
+  const int dp = 3;
+  StatusOr<Sampler> s = Sampler::Create({40, 70, 9}, {0.5, 0.3, 0.2}, 31);
+  ASSERT_TRUE(s.ok());
+  SamplerCursor stream = s->Start();
+  std::vector<Sampler::Draw> all;
+  for (int64_t i = 0; i < 4 * batch * dp; ++i) all.push_back(s->Next(&stream));
+  std::vector<Sampler::Draw> draws;
+  for (int rank = 0; rank < dp; ++rank) {
+    SamplerCursor c = s->Start();
+    for (int step = 0; step < 4; ++step) {
+      s->NextBatch(rank, dp, batch, &c, &draws);
+      ASSERT_EQ(draws.size(), static_cast<size_t>(batch));
+      for (int64_t i = 0; i < batch; ++i) {
+        const Sampler::Draw& want = all[static_cast<size_t>((step * batch + i) * dp + rank)];
+        EXPECT_EQ(draws[i].source, want.source);
+        EXPECT_EQ(draws[i].index, want.index);
+        EXPECT_EQ(draws[i].epoch, want.epoch);
+      }
+    }
+    EXPECT_EQ(c, stream);
+  }
+}
+
 TEST(Sampler, Blend_FollowsTheWeights) {
   StatusOr<Sampler> s = Sampler::Create({1000, 1000, 1000}, {0.6, 0.3, 0.1}, 23);
   SamplerCursor c = s->Start();
