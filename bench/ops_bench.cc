@@ -277,8 +277,8 @@ void BenchCrossEntropy(Backend* be, const Options& opt) {
   const int reps = opt.quick ? 3 : 11;
   const double ce = MedianSeconds(
       [&] {
-        be->CrossEntropyForward(loss, lse, logits, targets, -1);
-        be->CrossEntropyBackward(grad, logits, lse, targets, 1.0f / n, 1e-5f / n, -1);
+        be->CrossEntropyForward(loss, lse, logits, v, targets, -1);
+        be->CrossEntropyBackward(grad, logits, v, lse, targets, 1.0f / n, 1e-5f / n, -1);
         be->Synchronize();
       },
       1, reps);

@@ -139,15 +139,18 @@ class Backend {
   virtual void ResidualBackward(Tensor dbranch, Tensor dx, float scale) = 0;
 
   // ---- Cross-entropy over a block of logits (N, V); the readout (ops/readout_loss.h) feeds it
-  // chunks of rows so that (B·T, V) logits never exist at once. targets (N) i32; rows whose
-  // target == ignore_id are not counted. Writes lse (N) and loss (N) = lse - logits[target]
-  // (0 for ignored rows). The z-loss term of a row is lse².
-  virtual void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, Tensor targets,
-                                   int32_t ignore_id) = 0;
-  // dlogits (N, V) overwritten, may alias logits: for counted rows with p = softmax(logits),
+  // chunks of rows so that (B·T, V) logits never exist at once. Row i starts at element i·ld
+  // (ld ≥ V; the readout pads it, Note [Logits pitch] in ops/readout_loss.cc). targets (N) i32;
+  // rows whose target == ignore_id are not counted. Writes lse (N) and loss (N) =
+  // lse - logits[target] (0 for ignored rows). The z-loss term of a row is lse².
+  virtual void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int64_t ld,
+                                   Tensor targets, int32_t ignore_id) = 0;
+  // dlogits (N, V), rows ld apart like logits, overwritten, may alias logits: for counted rows
+  // with p = softmax(logits),
   //   dlogits = ce_scale · (p - onehot(target)) + z_scale · 2 · lse · p;  ignored rows get 0.
-  virtual void CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                    float ce_scale, float z_scale, int32_t ignore_id) = 0;
+  virtual void CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld, Tensor lse,
+                                    Tensor targets, float ce_scale, float z_scale,
+                                    int32_t ignore_id) = 0;
 
   // ---- Optimizer. One AdamW step over flat f32 tensors of equal numel (param, grad, m, v).
   virtual void AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v,

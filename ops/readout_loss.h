@@ -22,7 +22,8 @@ struct ReadoutLossSums {
 };
 
 struct ReadoutBuffers {
-  Tensor logits;    // (chunk_rows, V) f32 scratch; its first dim sets the chunk size
+  Tensor logits;    // (chunk_rows, ld) f32 scratch, ld ≥ V the row pitch (LogitsPitch(V));
+                    // its first dim sets the chunk size
   Tensor row_loss;  // (N) f32 scratch: per-row CE of the whole batch
   Tensor row_lse;   // (N) f32 scratch: per-row log-sum-exp
 };
@@ -31,6 +32,9 @@ struct ReadoutBuffers {
 // on the host through `host_targets` (N) to count rows without a device round trip).
 // When dh is non-empty: dh (N, D) is overwritten and dembed (V, D) accumulated with the
 // gradient of ce_scale·ce_sum + z_scale·z_sum. Returns the sums (synchronizes).
+// The row pitch for a vocabulary of v: Note [Logits pitch] in readout_loss.cc.
+int64_t LogitsPitch(int64_t v);
+
 ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Tensor targets,
                                     const int32_t* host_targets, int32_t ignore_id,
                                     const ReadoutBuffers& buffers, float ce_scale, float z_scale,

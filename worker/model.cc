@@ -191,13 +191,20 @@ struct Scratch {
 // How much this saves: docs/PERF.md (training step).
 
 constexpr float kEps = 1e-6f;
-// Rows per readout chunk (ops/readout_loss.h). Each chunk streams the whole (V, D) embedding
-// through three GEMMs and reads and writes all of dE, so larger chunks are faster: on small
-// (V = 100,352) one pass's readout took 6.35 s in chunks of 64 rows, 5.64 s in 128 and 5.52 s
-// in 256 (medians of 7 interleaved runs, Zen 3). Under `full` the chunk adds to the peak
-// memory; 128 rows keep it within 45% of `none` on small. The chunk is the same in every
-// recomputation mode, so that they stay bit-identical (dE is summed chunk by chunk).
-constexpr int64_t kReadoutChunkRows = 128;
+// Note [Readout chunk]: the readout (ops/readout_loss.h) runs in chunks of rows whose logits
+// take at most kReadoutChunkFloats. Each chunk streams the whole (V, D) embedding through three
+// GEMMs and reads and writes all of dE, and a chunk's rows are the inner dimension of the dE
+// GEMM, so larger chunks are faster: on small (V = 100,352) one pass's readout took 6.35 s in
+// chunks of 64 rows, 5.64 s in 128 and 5.52 s in 256 (medians of 7 interleaved runs, Zen 3);
+// on tiny (V = 4,096) the dE GEMM ran at 59 GFLOP/s with 128-row chunks. Under `full` the
+// chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of `none`. The
+// chunk depends on the model and batch only, the same in every recomputation mode, so that
+// they stay bit-identical (dE is summed chunk by chunk).
+constexpr int64_t kReadoutChunkFloats = int64_t{128} * 100352;
+
+int64_t ReadoutChunkRows(int64_t vocab_size, int64_t rows) {
+  return std::min(rows, std::max<int64_t>(64, kReadoutChunkFloats / vocab_size));
+}
 
 // Lays out every activation and scratch tensor of a step; with a measuring Carver this only
 // computes the arena size.
@@ -209,7 +216,7 @@ void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, 
   const bool feedback = shape.max_passes >= 2;
   const bool full = shape.recompute == Recompute::kFull;
   const bool selective = shape.recompute == Recompute::kSelective;
-  const Shape logits_shape{std::min<int64_t>(kReadoutChunkRows, n), m.vocab_size};
+  const Shape logits_shape{ReadoutChunkRows(m.vocab_size, n), ops::LogitsPitch(m.vocab_size)};
   s.tokens = c.Take(DType::kI32, {n});
   s.targets = c.Take(DType::kI32, {n});
   s.row_loss = c.F32({n});

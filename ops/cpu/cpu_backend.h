@@ -90,9 +90,9 @@ class CpuBackend final : public Backend {
                            Tensor gate, Tensor plain) override;
   void ResidualForward(Tensor x, Tensor branch, float scale) override;
   void ResidualBackward(Tensor dbranch, Tensor dx, float scale) override;
-  void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, Tensor targets,
+  void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int64_t ld, Tensor targets,
                            int32_t ignore_id) override;
-  void CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+  void CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld, Tensor lse, Tensor targets,
                             float ce_scale, float z_scale, int32_t ignore_id) override;
   void AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v,
                  const AdamWOptions& options) override;

@@ -52,11 +52,11 @@ __device__ MaxSum WarpMerge(MaxSum x) {
 
 __global__ void __launch_bounds__(kForwardThreads)
     CrossEntropyForwardKernel(float* loss, float* lse, const float* logits, const int32_t* targets,
-                              int64_t v, int32_t ignore_id) {
+                              int64_t v, int64_t ld, int32_t ignore_id) {
   __shared__ float maxes[kWarpSize];
   __shared__ float sums[kWarpSize];
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * v;
+  const float* x = logits + row * ld;
   MaxSum acc;
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) acc.Add(x[i]);
   acc = WarpMerge(acc);
@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kForwardThreads)
 
 __global__ void __launch_bounds__(kBackwardThreads)
     CrossEntropyBackwardKernel(float* dlogits, const float* logits, const float* lse,
-                               const int32_t* targets, int64_t v, float ce_scale, float z_scale,
-                               int32_t ignore_id) {
+                               const int32_t* targets, int64_t v, int64_t ld, float ce_scale,
+                               float z_scale, int32_t ignore_id) {
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * v;
-  float* dx = dlogits + row * v;
+  const float* x = logits + row * ld;
+  float* dx = dlogits + row * ld;
   const int32_t target = targets[row];
   if (target == ignore_id) {
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) dx[i] = 0.0f;
@@ -111,19 +111,20 @@ __global__ void __launch_bounds__(kBackwardThreads)
 }  // namespace
 
 void CrossEntropyForward(cudaStream_t stream, float* loss, float* lse, const float* logits,
-                         const int32_t* targets, int64_t n, int64_t v, int32_t ignore_id) {
+                         const int32_t* targets, int64_t n, int64_t v, int64_t ld,
+                         int32_t ignore_id) {
   if (n == 0) return;
   CrossEntropyForwardKernel<<<static_cast<unsigned>(n), kForwardThreads, 0, stream>>>(
-      loss, lse, logits, targets, v, ignore_id);
+      loss, lse, logits, targets, v, ld, ignore_id);
   CheckLaunch();
 }
 
 void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* logits,
                           const float* lse, const int32_t* targets, int64_t n, int64_t v,
-                          float ce_scale, float z_scale, int32_t ignore_id) {
+                          int64_t ld, float ce_scale, float z_scale, int32_t ignore_id) {
   if (n == 0) return;
   CrossEntropyBackwardKernel<<<static_cast<unsigned>(n), kBackwardThreads, 0, stream>>>(
-      dlogits, logits, lse, targets, v, ce_scale, z_scale, ignore_id);
+      dlogits, logits, lse, targets, v, ld, ce_scale, z_scale, ignore_id);
   CheckLaunch();
 }
 

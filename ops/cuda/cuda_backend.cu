@@ -99,9 +99,9 @@ class CudaBackend final : public Backend {
                            Tensor gate, Tensor plain) override;
   void ResidualForward(Tensor x, Tensor branch, float scale) override;
   void ResidualBackward(Tensor dbranch, Tensor dx, float scale) override;
-  void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, Tensor targets,
+  void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int64_t ld, Tensor targets,
                            int32_t ignore_id) override;
-  void CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+  void CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld, Tensor lse, Tensor targets,
                             float ce_scale, float z_scale, int32_t ignore_id) override;
   void AdamWStep(Tensor param, Tensor grad, Tensor m, Tensor v,
                  const AdamWOptions& options) override;
@@ -572,8 +572,8 @@ void CudaBackend::ResidualBackward(Tensor dbranch, Tensor dx, float scale) {
 
 // ---- Cross-entropy
 
-void CudaBackend::CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, Tensor targets,
-                                      int32_t ignore_id) {
+void CudaBackend::CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int64_t ld,
+                                      Tensor targets, int32_t ignore_id) {
   CheckTensor(loss, DType::kF32, "CrossEntropyForward loss");
   CheckTensor(lse, DType::kF32, "CrossEntropyForward lse");
   CheckTensor(logits, DType::kF32, "CrossEntropyForward logits");
@@ -582,16 +582,18 @@ void CudaBackend::CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, Te
                                 << ", want (N, V)";
   const int64_t n = logits.dim(0), v = logits.dim(1);
   FB_CHECK(v > 0 || n == 0) << "CrossEntropyForward: V = 0";
+  FB_CHECK(ld >= v) << "CrossEntropyForward: row pitch " << ld << " < V = " << v;
   CheckNumel(targets, n, "CrossEntropyForward targets");
   CheckNumel(loss, n, "CrossEntropyForward loss");
   CheckNumel(lse, n, "CrossEntropyForward lse");
   Activate();
   kernels::CrossEntropyForward(stream_, loss.f32(), lse.f32(), logits.f32(), targets.i32(), n, v,
-                               ignore_id);
+                               ld, ignore_id);
 }
 
-void CudaBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                       float ce_scale, float z_scale, int32_t ignore_id) {
+void CudaBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld, Tensor lse,
+                                       Tensor targets, float ce_scale, float z_scale,
+                                       int32_t ignore_id) {
   CheckTensor(dlogits, DType::kF32, "CrossEntropyBackward dlogits");
   CheckTensor(logits, DType::kF32, "CrossEntropyBackward logits");
   CheckTensor(lse, DType::kF32, "CrossEntropyBackward lse");
@@ -600,11 +602,12 @@ void CudaBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, Tensor lse
                                 << ", want (N, V)";
   const int64_t n = logits.dim(0), v = logits.dim(1);
   CheckSameShape(dlogits, logits, "CrossEntropyBackward dlogits", "logits");
+  FB_CHECK(ld >= v) << "CrossEntropyBackward: row pitch " << ld << " < V = " << v;
   CheckNumel(targets, n, "CrossEntropyBackward targets");
   CheckNumel(lse, n, "CrossEntropyBackward lse");
   Activate();
   kernels::CrossEntropyBackward(stream_, dlogits.f32(), logits.f32(), lse.f32(), targets.i32(), n,
-                                v, ce_scale, z_scale, ignore_id);
+                                v, ld, ce_scale, z_scale, ignore_id);
 }
 
 // ---- Optimizer

@@ -72,12 +72,13 @@ void AttentionBackward(cudaStream_t stream, float* dq, float* dk, float* dv, con
                        const float* q, const float* k, const float* v, const float* out,
                        const float* lse, const AttentionDims& dims);
 
-// ---- cross_entropy_kernels.cu: logits (n, v); loss, lse, targets (n).
+// ---- cross_entropy_kernels.cu: logits (n, v), rows ld apart; loss, lse, targets (n).
 void CrossEntropyForward(cudaStream_t stream, float* loss, float* lse, const float* logits,
-                         const int32_t* targets, int64_t n, int64_t v, int32_t ignore_id);
+                         const int32_t* targets, int64_t n, int64_t v, int64_t ld,
+                         int32_t ignore_id);
 void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* logits,
                           const float* lse, const int32_t* targets, int64_t n, int64_t v,
-                          float ce_scale, float z_scale, int32_t ignore_id);
+                          int64_t ld, float ce_scale, float z_scale, int32_t ignore_id);
 
 // ---- optimizer_kernels.cu
 struct AdamWParams {

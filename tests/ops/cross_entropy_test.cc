@@ -52,7 +52,7 @@ class CrossEntropyTest : public BackendTest {
                     const std::vector<int32_t>& targets, int32_t ignore_id, double tol) {
     SCOPED_TRACE(::testing::Message() << "N=" << n << " V=" << v << " ignore_id=" << ignore_id);
     Tensor loss = Nans({n}), lse = Nans({n});
-    backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), Upload(targets, {n}),
+    backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), v, Upload(targets, {n}),
                                   ignore_id);
     ref::Vec want_loss, want_lse;
     ref::CrossEntropy(ToF64(logits), targets, n, v, ignore_id, &want_loss, &want_lse);
@@ -85,8 +85,8 @@ class CrossEntropyTest : public BackendTest {
 
     Tensor tlogits = Upload(logits, {n, v});
     Tensor dlogits = alias ? tlogits : Nans({n, v});
-    backend().CrossEntropyBackward(dlogits, tlogits, Upload(ToF32(lse), {n}), Upload(targets, {n}),
-                                   ce_scale, z_scale, ignore_id);
+    backend().CrossEntropyBackward(dlogits, tlogits, v, Upload(ToF32(lse), {n}),
+                                   Upload(targets, {n}), ce_scale, z_scale, ignore_id);
     EXPECT_TRUE(NearMax(Download(dlogits), want, kBackwardTol));
   }
 };
@@ -107,7 +107,8 @@ TEST_P(CrossEntropyTest, Forward_LargeLogitOffsets_StaysFiniteAndMatchesReferenc
   const std::vector<int32_t> targets = {5, 999, kIgnore, 0};
   SCOPED_TRACE("offsets ±80");
   Tensor loss = Nans({n}), lse = Nans({n});
-  backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), Upload(targets, {n}), kIgnore);
+  backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), v, Upload(targets, {n}),
+                                kIgnore);
   ref::Vec want_loss, want_lse;
   ref::CrossEntropy(ToF64(logits), targets, n, v, kIgnore, &want_loss, &want_lse);
   // |lse| ≈ 90: its float32 rounding alone is ~ε·90 ≈ 1e-5 absolute, per element; the loss
@@ -166,9 +167,42 @@ TEST_P(CrossEntropyTest, Backward_FullVocabulary_MatchesContractFormula) {
     }
   }
   Tensor dlogits = Nans({n, v});
-  backend().CrossEntropyBackward(dlogits, Upload(logits, {n, v}), Upload(ToF32(lse), {n}),
+  backend().CrossEntropyBackward(dlogits, Upload(logits, {n, v}), v, Upload(ToF32(lse), {n}),
                                  Upload(targets, {n}), ce_scale, z_scale, kIgnore);
   EXPECT_TRUE(NearMax(Download(dlogits), want, kBackwardTol));
+}
+
+// Rows ld > V apart: the same values as a contiguous block, and the padding between rows is
+// neither read (it holds NaN) nor written.
+TEST_P(CrossEntropyTest, RowPitch_MatchesContiguousAndLeavesThePaddingAlone) {
+  const int64_t n = 5, v = 37, ld = 48;
+  const std::vector<float> logits = Normal(n * v, 2.0f);
+  const std::vector<int32_t> targets = Targets(n, v, kIgnore);
+  std::vector<float> padded(n * ld, std::nanf(""));
+  for (int64_t r = 0; r < n; ++r) std::copy_n(logits.begin() + r * v, v, padded.begin() + r * ld);
+
+  Tensor loss = Nans({n}), lse = Nans({n}), ploss = Nans({n}), plse = Nans({n});
+  const Tensor tt = Upload(targets, {n});
+  backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), v, tt, kIgnore);
+  Tensor plogits = Upload(padded, {n, ld});
+  const Tensor pview(plogits.data, DType::kF32, {n, v}, plogits.device);
+  backend().CrossEntropyForward(ploss, plse, pview, ld, tt, kIgnore);
+  EXPECT_EQ(Download(ploss), Download(loss));
+  EXPECT_EQ(Download(plse), Download(lse));
+
+  Tensor dlogits = Nans({n, v});
+  backend().CrossEntropyBackward(dlogits, Upload(logits, {n, v}), v, lse, tt, 0.5f, 0.01f, kIgnore);
+  backend().CrossEntropyBackward(pview, pview, ld, plse, tt, 0.5f, 0.01f, kIgnore);
+  const std::vector<float> want = Download(dlogits), got = Download(plogits);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < ld; ++j) {
+      if (j < v) {
+        EXPECT_EQ(got[r * ld + j], want[r * v + j]) << "row " << r << " column " << j;
+      } else {
+        EXPECT_TRUE(std::isnan(got[r * ld + j])) << "padding of row " << r << " was written";
+      }
+    }
+  }
 }
 
 }  // namespace

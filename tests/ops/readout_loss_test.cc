@@ -40,10 +40,11 @@ double ReferenceLoss(const ref::Vec& h, const ref::Vec& e, const std::vector<int
 
 class ReadoutLossTest : public BackendTest {
  protected:
-  void RunCase(int64_t chunk);
+  void RunCase(int64_t chunk, int64_t pitch = 50);
 };
 
-void ReadoutLossTest::RunCase(int64_t chunk) {
+// `pitch`: the logits block's row pitch (≥ V = 50).
+void ReadoutLossTest::RunCase(int64_t chunk, int64_t pitch) {
   const int64_t n = 7, d = 12, v = 50;
   const double ce_scale = 1.0 / 5, z_scale = 1e-2 / 5;  // 5 counted rows below
   const std::vector<float> h = Normal(n * d, 0.5f);
@@ -54,7 +55,7 @@ void ReadoutLossTest::RunCase(int64_t chunk) {
   Tensor th = Upload(h, {n, d}), te = Upload(e, {v, d}), tt = Upload(targets, {n});
   Tensor dh = Nans({n, d});
   Tensor de = Upload(de_prefill, {v, d});
-  ReadoutBuffers buf{Nans({chunk, v}), Nans({n}), Nans({n})};
+  ReadoutBuffers buf{Nans({chunk, pitch}), Nans({n}), Nans({n})};
   const ReadoutLossSums sums = ReadoutCrossEntropy(backend(), th, te, tt, targets.data(), kIgnore,
                                                    buf, ce_scale, z_scale, dh, de);
   const ref::Vec h64 = ToF64(h), e64 = ToF64(e);
@@ -93,6 +94,22 @@ void ReadoutLossTest::RunCase(int64_t chunk) {
 TEST_P(ReadoutLossTest, ChunkDividesN_MatchesFloat64LossAndFiniteDifferences) { RunCase(7); }
 
 TEST_P(ReadoutLossTest, ChunkSmallerThanN_MatchesFloat64LossAndFiniteDifferences) { RunCase(3); }
+
+TEST_P(ReadoutLossTest, PaddedRowPitch_MatchesFloat64LossAndFiniteDifferences) {
+  EXPECT_EQ(LogitsPitch(50), 80);  // 4 lines of 16 floats, then one more: an odd count
+  RunCase(3, LogitsPitch(50));
+}
+
+TEST(LogitsPitchTest, IsAnOddNumberOfCacheLinesAtLeastV) {
+  for (int64_t v : {1, 16, 17, 50, 4096, 50257, 100352}) {
+    const int64_t ld = LogitsPitch(v);
+    EXPECT_GE(ld, v);
+    EXPECT_LT(ld, v + 32);
+    EXPECT_EQ(ld % 16, 0);
+    EXPECT_EQ(ld / 16 % 2, 1) << "V = " << v;
+  }
+  EXPECT_EQ(LogitsPitch(4096), 4112);
+}
 
 TEST_P(ReadoutLossTest, ForwardOnly_LeavesNoGradientAndCountsRows) {
   const int64_t n = 4, d = 8, v = 30;

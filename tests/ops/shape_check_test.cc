@@ -64,7 +64,7 @@ TEST_F(ShapeCheckDeathTest, AttentionForward_HeadsNotDivisibleByKvHeads_Aborts) 
 
 TEST_F(ShapeCheckDeathTest, CrossEntropyForward_TargetsOfWrongLength_Aborts) {
   Tensor loss = F32({5}), lse = F32({5}), logits = F32({5, 40}), targets = I32({6});
-  EXPECT_DEATH(backend_->CrossEntropyForward(loss, lse, logits, targets, -1), "");
+  EXPECT_DEATH(backend_->CrossEntropyForward(loss, lse, logits, 40, targets, -1), "");
 }
 
 TEST_F(ShapeCheckDeathTest, EmbeddingForward_FloatIds_Aborts) {
