@@ -195,11 +195,11 @@ constexpr float kEps = 1e-6f;
 // take at most kReadoutChunkFloats. Each chunk streams the whole (V, D) embedding through three
 // GEMMs and reads and writes all of dE, and a chunk's rows are the inner dimension of the dE
 // GEMM, so larger chunks are faster: on small (V = 100,352) one pass's readout took 6.35 s in
-// chunks of 64 rows, 5.64 s in 128 and 5.52 s in 256 (medians of 7 interleaved runs, Zen 3);
-// on tiny (V = 4,096) the dE GEMM ran at 59 GFLOP/s with 128-row chunks. Under `full` the
-// chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of `none`. The
-// chunk depends on the model and batch only, the same in every recomputation mode, so that
-// they stay bit-identical (dE is summed chunk by chunk).
+// chunks of 64 rows, 5.64 s in 128 and 5.52 s in 256 (medians of 7 interleaved runs, Zen 3).
+// Under `full` the chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of
+// `none`. The budget gives small those 128 rows and tiny (V = 4,096) its whole batch. The chunk
+// depends on the model and batch only, the same in every recomputation mode, so that they stay
+// bit-identical (dE is summed chunk by chunk).
 constexpr int64_t kReadoutChunkFloats = int64_t{128} * 100352;
 
 int64_t ReadoutChunkRows(int64_t vocab_size, int64_t rows) {
