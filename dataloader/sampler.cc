@@ -105,11 +105,12 @@ int Sampler::SourceOf(uint64_t draw) const {
 
 SamplerCursor Sampler::CursorAt(uint64_t draws) const {
   SamplerCursor c = Start();
-  c.draws = draws;
   if (sizes_.size() == 1) {
+    c.draws = draws;
     c.consumed[0] = draws;
   } else {
-    for (uint64_t j = 0; j < draws; ++j) ++c.consumed[SourceOf(j)];
+    uint64_t unused;
+    while (c.draws < draws) Advance(&c, &unused);
   }
   return c;
 }
@@ -130,14 +131,18 @@ Status Sampler::CheckCursor(const SamplerCursor& cursor) const {
   return OkStatus();
 }
 
+int Sampler::Advance(SamplerCursor* cursor, uint64_t* position) const {
+  const int s = SourceOf(cursor->draws++);
+  *position = cursor->consumed[s]++;
+  return s;
+}
+
 Sampler::Draw Sampler::Next(SamplerCursor* cursor) const {
-  const int s = SourceOf(cursor->draws);
+  uint64_t at;
+  const int s = Advance(cursor, &at);
   const uint64_t n = static_cast<uint64_t>(sizes_[s]);
-  const uint64_t at = cursor->consumed[s];
   const uint64_t epoch = at / n;
   const Permutation order(n, seed_ ^ Mix(kSourceSalt ^ (static_cast<uint64_t>(s) << 40) ^ epoch));
-  ++cursor->draws;
-  ++cursor->consumed[s];
   return Draw{s, static_cast<int64_t>(order.Apply(at % n)), static_cast<int64_t>(epoch)};
 }
 
@@ -153,7 +158,8 @@ void Sampler::NextBatch(int rank, int dp, int64_t batch, SamplerCursor* cursor,
       if (r == rank) {
         out->push_back(Next(cursor));
       } else {
-        ++cursor->consumed[SourceOf(cursor->draws++)];
+        uint64_t unused;
+        Advance(cursor, &unused);
       }
     }
   }

@@ -67,6 +67,13 @@ TEST_F(ShapeCheckDeathTest, CrossEntropyForward_TargetsOfWrongLength_Aborts) {
   EXPECT_DEATH(backend_->CrossEntropyForward(loss, lse, logits, 40, targets, -1), "");
 }
 
+TEST_F(ShapeCheckDeathTest, CrossEntropy_RowPitchBelowV_Aborts) {
+  Tensor loss = F32({5}), lse = F32({5}), logits = F32({5, 40}), targets = I32({5});
+  EXPECT_DEATH(backend_->CrossEntropyForward(loss, lse, logits, 39, targets, -1), "row pitch");
+  EXPECT_DEATH(backend_->CrossEntropyBackward(logits, logits, 39, lse, targets, 1, 0, -1),
+               "row pitch");
+}
+
 TEST_F(ShapeCheckDeathTest, EmbeddingForward_FloatIds_Aborts) {
   Tensor out = F32({5, 24}), table = F32({10, 24}), ids = F32({5});
   EXPECT_DEATH(backend_->EmbeddingForward(out, table, ids), "");
