@@ -5,12 +5,14 @@
 //    2048³), next to OpenBLAS as this environment configures it (OPENBLAS_CORETYPE as set),
 //    OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX, in a child process,
 //    since OpenBLAS reads the variable once at load), and oneDNN's sgemm called directly;
+//  - the readout's long-K GEMM (dlogits · E on small) against oneDNN's sgemm, alternating;
 //  - causal GQA attention forward+backward GFLOP/s (useful causal FLOPs only) and its ratio to
 //    the backend's 2048³ GEMM rate;
 //  - cross-entropy forward+backward over V = 100,352: effective GB/s and the ratio to a
 //    STREAM-like copy of the same bytes.
 // Flags: --device cpu|cuda (default cpu; on cuda the GEMM rows have no CPU baselines),
 //        --threads N (default: all cores), --quick (smaller sizes, fewer repeats),
+//        --only gemm|gemm_long_k|attention|cross_entropy (one bench),
 //        --openblas-child (internal: print only OpenBLAS GEMM lines).
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -43,6 +45,7 @@ struct Options {
   int threads = 0;
   bool quick = false;
   bool openblas_child = false;
+  std::string only;  // one bench by name; empty: all
 };
 
 std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -219,6 +222,37 @@ void BenchGemm(Backend* be, const Options& opt, const char* self) {
   }
 }
 
+// The readout's dh = dlogits · E on small (a 128-row chunk, V = 100,352 at the logits pitch,
+// D = 512): the backend (its long-K kernel) against oneDNN's sgemm on the same buffers,
+// alternating, one ratio per round.
+void BenchLongKGemm(Backend* be, const Options& opt) {
+  const int64_t m = 128, n = 512, k = opt.quick ? 16384 : 100352, lda = k + 16;
+  Device dev(be);
+  Tensor a = dev.Upload(RandomVector(m * lda, 3, 1e-3f), {m, lda});
+  Tensor b = dev.Upload(RandomVector(k * n, 4), {k, n});
+  Tensor c = dev.Alloc(ops::DType::kF32, {m, n});
+  std::vector<double> fb, dnnl;
+  const int rounds = opt.quick ? 3 : 9;
+  for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
+    const double s_fb = Seconds(
+        [&] { be->Gemm(false, false, m, n, k, 1.0f, a.f32(), lda, b.f32(), n, 0.0f, c.f32(), n); });
+    const double s_dnnl = Seconds(
+        [&] { dnnl_sgemm('N', 'N', m, n, k, 1.0f, a.f32(), lda, b.f32(), n, 0.0f, c.f32(), n); });
+    if (r == 0) continue;
+    fb.push_back(s_fb);
+    dnnl.push_back(s_dnnl);
+  }
+  const double flop = 2.0 * m * n * k;
+  const RoundRatio ratio = RoundRatios(dnnl, fb);
+  std::printf(
+      "{\"bench\": \"gemm_long_k\", \"impl\": \"fullband\", \"m\": %ld, \"n\": %ld, \"k\": %ld, "
+      "\"lda\": %ld, \"trans\": \"NN\", \"gflops\": %.1f, \"baseline_dnnl_gflops\": %.1f, "
+      "\"speedup_median\": %.3f, \"speedup_min\": %.3f, \"speedup_max\": %.3f}\n",
+      m, n, k, lda, flop / Median(fb) / 1e9, flop / Median(dnnl) / 1e9, ratio.median, ratio.min,
+      ratio.max);
+  std::fflush(stdout);
+}
+
 void BenchAttention(Backend* be, const Options& opt, double gemm_gflops, int64_t window) {
   const int64_t b = opt.quick ? 1 : 2, t = opt.quick ? 512 : 1024, h = 16, hkv = 8, dh = 96;
   Device dev(be);
@@ -317,11 +351,22 @@ int Main(int argc, char** argv) {
       opt.device = d == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
     } else if (arg == "--quick") {
       opt.quick = true;
+    } else if (arg == "--only" && i + 1 < argc) {
+      opt.only = argv[++i];
+      if (opt.only != "gemm" && opt.only != "gemm_long_k" && opt.only != "attention" &&
+          opt.only != "cross_entropy") {
+        std::fprintf(stderr,
+                     "ops_bench: --only must be gemm, gemm_long_k, attention or cross_entropy, "
+                     "got '%s'\n",
+                     opt.only.c_str());
+        return 2;
+      }
     } else if (arg == "--openblas-child" && i + 1 < argc) {
       opt.openblas_child = true;
       child_label = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--threads N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--threads N] [--quick] [--only BENCH]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -343,9 +388,11 @@ int Main(int argc, char** argv) {
   Backend* be = backend->get();
   std::printf("{\"bench\": \"machine\", \"cpu\": \"%s\", \"threads\": %d, \"backend\": \"%s\"}\n",
               CpuModel().c_str(), opt.threads, be->name().c_str());
+  const auto want = [&](const char* bench) { return opt.only.empty() || opt.only == bench; };
   if (opt.device == ops::Device::kCpu) {
-    BenchGemm(be, opt, argv[0]);
-  } else {
+    if (want("gemm")) BenchGemm(be, opt, argv[0]);
+    if (want("gemm_long_k")) BenchLongKGemm(be, opt);
+  } else if (want("gemm")) {
     for (int64_t n : sizes) {  // cuBLAS is the GEMM here; no CPU baseline applies
       std::printf(
           "{\"bench\": \"gemm\", \"impl\": \"fullband\", \"device\": \"cuda\", "
@@ -353,11 +400,13 @@ int Main(int argc, char** argv) {
           n, n, n, BackendGemm(be, opt, n, n, n, false, false));
     }
   }
-  const double gemm_ref = BackendGemm(be, opt, opt.quick ? 1024 : 2048, opt.quick ? 1024 : 2048,
-                                      opt.quick ? 1024 : 2048, false, false);
-  BenchAttention(be, opt, gemm_ref, 0);
-  BenchAttention(be, opt, gemm_ref, 256);
-  BenchCrossEntropy(be, opt);
+  if (want("attention")) {
+    const int64_t g = opt.quick ? 1024 : 2048;
+    const double gemm_ref = BackendGemm(be, opt, g, g, g, false, false);
+    BenchAttention(be, opt, gemm_ref, 0);
+    BenchAttention(be, opt, gemm_ref, 256);
+  }
+  if (want("cross_entropy")) BenchCrossEntropy(be, opt);
   return 0;
 }
 

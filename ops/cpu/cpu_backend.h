@@ -1,11 +1,13 @@
 // CpuBackend: the reference-grade, fast CPU implementation of ops::Backend.
 //
 // GEMMs go to oneDNN's sgemm (JIT AVX-512/AVX2 kernels chosen by CPUID, so the result does not
-// depend on OPENBLAS_CORETYPE); every other op is a loop nest here, vectorized for the widest
-// instruction set the CPU runs (ops/cpu/simd_kernels.h) and parallelized with OpenMP over
-// `num_threads` threads using static schedules, so a given thread count gives bitwise-identical
-// results run to run. Large allocations are mmapped with transparent huge pages and pre-faulted in
-// parallel. Per-op temporaries come from per-thread scratch buffers that grow once and are reused.
+// depend on OPENBLAS_CORETYPE), except products with a long inner dimension, which have their
+// own kernel (Note [Long-K GEMM] in ops/cpu/simd_kernels.cc); every other op is a loop nest here,
+// vectorized for the widest instruction set the CPU runs (ops/cpu/simd_kernels.h) and parallelized
+// with OpenMP over `num_threads` threads using static schedules, so a given thread count gives
+// bitwise-identical results run to run. Large allocations are mmapped with transparent huge pages
+// and pre-faulted in parallel. Per-op temporaries come from per-thread scratch buffers that grow
+// once and are reused.
 #pragma once
 
 #include <memory>
@@ -100,6 +102,10 @@ class CpuBackend final : public Backend {
   void Scale(Tensor x, float alpha) override;
 
  private:
+  // One product: the long-K kernel where it wins, else oneDNN.
+  void GemmOne(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc);
   Scratch& ThreadScratch(int thread, int slot);
   // cos/sin tables for RoPE, cached for the last (T, Dh, theta) seen (ops/cpu/norm.cc).
   const float* RopeTable(int64_t t, int64_t dh, float theta);
@@ -110,6 +116,7 @@ class CpuBackend final : public Backend {
   std::unordered_map<void*, size_t> sizes_;
   static constexpr int kScratchSlots = 3;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // threads_ * kScratchSlots
+  Scratch gemm_pack_;                              // B panels of the long-K GEMM
   std::vector<float> rope_table_;
   int64_t rope_t_ = 0, rope_dh_ = 0;
   float rope_theta_ = 0.0f;

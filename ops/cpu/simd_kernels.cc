@@ -330,6 +330,126 @@ void RopeRows(float* out, const float* x, const float* cos_table, const float* s
   }
 }
 
+// ---- GEMM with a long inner dimension
+
+// Note [Long-K GEMM]: the readout's dh = dlogits · E multiplies a chunk's rows (m = 128) by the
+// whole vocabulary (k = 100,352) into a small m × D result. oneDNN's sgemm ran this shape at
+// 85–118 GFLOP/s on two Zen 3 cores however it was posed, against 140–170 for the model's other
+// GEMMs. The shape needs no cleverness: each thread owns a range of C's columns, copies a
+// kc × range panel of B into contiguous nr-wide strips (B's rows are D floats apart, so kc rows
+// of one strip would otherwise share a few L1 sets), and sweeps blocks of A's rows over each
+// strip with a 6 × nr register tile (12 accumulators, as in BLIS's Haswell kernel). A's rows
+// are read straight from the caller (one broadcast per row per k). Each C element is summed by
+// one thread in k order, kc terms at a time, whatever the thread count.
+constexpr int64_t kGemmNr = 2 * kLanes;
+constexpr int64_t kGemmKc = 256;
+constexpr int64_t kGemmMc = 132;  // rows of A per sweep over a strip: 22 tiles
+
+// Writes alpha·acc into C's row, adding C (later panels) or beta·C (first panel; beta 0 never
+// reads C, so NaN there does not propagate, as in BLAS).
+FB_VEC_INLINE void GemmStoreRow(float* c, VecF acc0, VecF acc1, float alpha, float beta,
+                                bool first) {
+  VecF v0 = Broadcast(alpha) * acc0, v1 = Broadcast(alpha) * acc1;
+  if (!first) {
+    v0 += LoadU(c);
+    v1 += LoadU(c + kLanes);
+  } else if (beta != 0.0f) {
+    v0 += Broadcast(beta) * LoadU(c);
+    v1 += Broadcast(beta) * LoadU(c + kLanes);
+  }
+  StoreU(c, v0);
+  StoreU(c + kLanes, v1);
+}
+
+// C[0:6, 0:nr] (+)= alpha · A[0:6, 0:kc] · strip, the strip kc × nr contiguous.
+void GemmTile6(const float* a, int64_t lda, const float* strip, int64_t kc, float* c, int64_t ldc,
+               float alpha, float beta, bool first) {
+  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda,
+              *a5 = a + 5 * lda;
+  VecF c00 = Broadcast(0.0f), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+       c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t p = 0; p < kc; ++p) {
+    const VecF b0 = LoadU(strip + p * kGemmNr), b1 = LoadU(strip + p * kGemmNr + kLanes);
+    VecF x = Broadcast(a0[p]);
+    c00 += x * b0;
+    c01 += x * b1;
+    x = Broadcast(a1[p]);
+    c10 += x * b0;
+    c11 += x * b1;
+    x = Broadcast(a2[p]);
+    c20 += x * b0;
+    c21 += x * b1;
+    x = Broadcast(a3[p]);
+    c30 += x * b0;
+    c31 += x * b1;
+    x = Broadcast(a4[p]);
+    c40 += x * b0;
+    c41 += x * b1;
+    x = Broadcast(a5[p]);
+    c50 += x * b0;
+    c51 += x * b1;
+  }
+  GemmStoreRow(c, c00, c01, alpha, beta, first);
+  GemmStoreRow(c + ldc, c10, c11, alpha, beta, first);
+  GemmStoreRow(c + 2 * ldc, c20, c21, alpha, beta, first);
+  GemmStoreRow(c + 3 * ldc, c30, c31, alpha, beta, first);
+  GemmStoreRow(c + 4 * ldc, c40, c41, alpha, beta, first);
+  GemmStoreRow(c + 5 * ldc, c50, c51, alpha, beta, first);
+}
+
+// The same for the last rows < 6 rows of a block, one row at a time.
+void GemmTileRows(const float* a, int64_t lda, const float* strip, int64_t kc, float* c,
+                  int64_t ldc, float alpha, float beta, bool first, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* ar = a + r * lda;
+    VecF c0 = Broadcast(0.0f), c1 = c0;
+    for (int64_t p = 0; p < kc; ++p) {
+      const VecF x = Broadcast(ar[p]);
+      c0 += x * LoadU(strip + p * kGemmNr);
+      c1 += x * LoadU(strip + p * kGemmNr + kLanes);
+    }
+    GemmStoreRow(c + r * ldc, c0, c1, alpha, beta, first);
+  }
+}
+
+// C = alpha·A·B + beta·C, all row-major and untransposed; n a multiple of kGemmNr, k > 0.
+// pack: kGemmKc · n floats.
+void GemmLongK(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc, float* pack,
+               int threads) {
+  const int64_t strips = n / kGemmNr;
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t s0 = strips * t / nt, s1 = strips * (t + 1) / nt;
+    for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
+      const int64_t kc = MinI(kGemmKc, k - k0);
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* brow = b + (k0 + p) * ldb;
+        for (int64_t s = s0; s < s1; ++s) {
+          float* dst = pack + s * kGemmKc * kGemmNr + p * kGemmNr;
+          StoreU(dst, LoadU(brow + s * kGemmNr));
+          StoreU(dst + kLanes, LoadU(brow + s * kGemmNr + kLanes));
+        }
+      }
+      const bool first = k0 == 0;
+      for (int64_t i0 = 0; i0 < m; i0 += kGemmMc) {
+        const int64_t i1 = MinI(m, i0 + kGemmMc);
+        for (int64_t s = s0; s < s1; ++s) {
+          const float* strip = pack + s * kGemmKc * kGemmNr;
+          float* cs = c + s * kGemmNr;
+          int64_t i = i0;
+          for (; i + 6 <= i1; i += 6) {
+            GemmTile6(a + i * lda + k0, lda, strip, kc, cs + i * ldc, ldc, alpha, beta, first);
+          }
+          GemmTileRows(a + i * lda + k0, lda, strip, kc, cs + i * ldc, ldc, alpha, beta, first,
+                       i1 - i);
+        }
+      }
+    }
+  }
+}
+
 // ---- AdamW
 
 void AdamWKernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
@@ -371,6 +491,9 @@ extern const SimdKernels kKernels = {
     .rms_norm_backward_rows = RmsNormBackwardRows,
     .rope_rows = RopeRows,
     .adamw = AdamWKernel,
+    .gemm_long_k = GemmLongK,
+    .gemm_nr = kGemmNr,
+    .gemm_kc = kGemmKc,
 };
 
 }  // namespace fullband::ops::cpu::FB_SIMD_NS

@@ -69,6 +69,15 @@ struct SimdKernels {
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                 float beta2, float eps, float decay, float grad_scale, float bias1, float bias2,
                 int threads);
+
+  // C = alpha·A·B + beta·C, row-major, neither transposed, for a long inner dimension k (Note
+  // [Long-K GEMM] in ops/cpu/simd_kernels.cc). n must be a multiple of gemm_nr and k > 0;
+  // pack holds gemm_kc · n floats. beta = 0 never reads C.
+  void (*gemm_long_k)(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc, float* pack,
+                      int threads);
+  int64_t gemm_nr;
+  int64_t gemm_kc;
 };
 
 // The instruction sets this build has kernels for and this CPU runs, widest first.

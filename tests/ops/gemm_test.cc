@@ -20,6 +20,8 @@ namespace {
 constexpr double kGemmTol = 2e-5;
 // k = 515: worst-case bound k·ε ≈ 6e-5.
 constexpr double kGemmLargeKTol = 1e-4;
+// k up to 4,480: the typical error √k·ε·(a few) stays below 1e-5 of the largest entry (≈ 3√k).
+constexpr double kGemmLongKTol = 1e-4;
 constexpr float kSentinel = 12345.0f;  // marks C memory outside the (m, n) windows
 
 struct GemmCase {
@@ -237,6 +239,29 @@ TEST_P(GemmTest, LargerSizes_MatchReference) {
                .beta = 0.0f},
               kGemmLargeKTol);
     }
+  }
+}
+
+// Shapes with k ≥ 32·max(m, n) and n a multiple of 32 run the CPU backend's long-K kernel
+// (Note [Long-K GEMM] in ops/cpu/simd_kernels.cc) on every instruction set: full 6-row tiles
+// and a remainder, k not a multiple of its 256-row panels, more rows than one 132-row block,
+// padded leading dimensions, beta 0 over NaN and beta ≠ 0.
+TEST_P(GemmTest, LongK_NoTranspose_MatchesReference) {
+  struct Size {
+    int64_t m, n, k, pad;
+    float alpha, beta;
+  };
+  for (const Size s : {Size{13, 64, 2051, 3, 0.7f, 1.3f}, Size{1, 32, 1100, 0, 1.0f, 0.0f},
+                       Size{140, 32, 4480, 1, -0.5f, 0.0f}, Size{6, 96, 3100, 2, 1.0f, 1.0f}}) {
+    RunCase({.trans_a = false,
+             .trans_b = false,
+             .m = s.m,
+             .n = s.n,
+             .k = s.k,
+             .pad = s.pad,
+             .alpha = s.alpha,
+             .beta = s.beta},
+            kGemmLongKTol);
   }
 }
 
