@@ -34,8 +34,11 @@ launcher:
 YAML
 printf 'parallel:\n  tp: 3\n' > "$dir/bad.yaml"
 
-# The coordinator prints its port on its first line; read it from a pipe (no polling).
-exec 3< <("$fullband" coordinator --config "$dir/coordinator.yaml" 2> "$dir/coordinator.err" & echo "pid $!"; wait)
+# The coordinator prints its port on its first line; read it from a pipe (no polling). It is
+# the child of the process substitution, not of this shell, so that subshell reports its exit
+# status on the same pipe.
+exec 3< <("$fullband" coordinator --config "$dir/coordinator.yaml" 2> "$dir/coordinator.err" &
+          echo "pid $!"; wait $!; echo "exit $?")
 read -r -u 3 _ coordinator_pid
 read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
 port=${line##* }
@@ -71,7 +74,11 @@ second=$("$fullband" submit "$dir/job.yaml" --name second)
 "$fullband" status --all | grep -c "^job-" | grep -q '^2$' || fail "status --all"
 
 kill -TERM "$coordinator_pid"
-wait "$coordinator_pid" 2>/dev/null || true
 coordinator_pid=
+coordinator_rc=
+while read -r -u 3 word rest; do
+  [[ $word == exit ]] && coordinator_rc=$rest
+done
+[[ $coordinator_rc == 0 ]] || fail "coordinator exit status '$coordinator_rc' after SIGTERM"
 grep -q "stopping" "$dir/coordinator.err" || fail "no clean stop: $(cat "$dir/coordinator.err")"
 echo "cli_e2e_test: ok"
