@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "coordinator/client.h"
+#include "coordinator/local_launcher.h"
 #include "coordinator/service.h"
 #include "proto/config_convert.h"
 #include "tests/coordinator/fakes.h"
@@ -18,6 +19,44 @@ namespace fullband::coordinator {
 namespace {
 
 const char kAlice[] = "alice-token-0123456789abcdef0123456789abcdef";
+
+// The local launcher, remembering its handles. A job is COMPLETED once its last step is
+// counted, and its worker commits the last checkpoint after that; a test that checks the
+// checkpoint waits for the attempts to exit first.
+class RecordingLauncher final : public Launcher {
+ public:
+  explicit RecordingLauncher(const LocalLauncherOptions& options) : local_(options) {}
+  std::string_view name() const override { return local_.name(); }
+  StatusOr<std::string> Launch(const LaunchSpec& spec) override {
+    StatusOr<std::string> handle = local_.Launch(spec);
+    if (handle.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      handles_.push_back(*handle);
+    }
+    return handle;
+  }
+  StatusOr<LaunchState> Poll(const std::string& handle) override { return local_.Poll(handle); }
+  Status Kill(const std::string& handle) override { return local_.Kill(handle); }
+
+  // Blocks until every attempt launched so far has exited (at most 60 s each).
+  void WaitForExits() {
+    std::vector<std::string> handles;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handles = handles_;
+    }
+    for (const std::string& h : handles) {
+      StatusOr<LaunchState> state = local_.Wait(h, std::chrono::seconds(60));
+      ASSERT_TRUE(state.ok()) << state.status().ToString();
+      ASSERT_NE(state->phase, LaunchState::Phase::kRunning) << "attempt " << h << " still running";
+    }
+  }
+
+ private:
+  LocalLauncher local_;
+  std::mutex mu_;
+  std::vector<std::string> handles_;
+};
 
 class LaunchE2eTest : public ::testing::Test {
  protected:
@@ -49,7 +88,11 @@ class LaunchE2eTest : public ::testing::Test {
     config.heartbeat_timeout_seconds = 5;
     config.direct_single_process = true;
     config.kill_grace_seconds = 1;
-    auto service = CoordinatorService::Start(config);
+    LocalLauncherOptions lo;
+    lo.direct_single_process = true;
+    lo.kill_grace = std::chrono::milliseconds(1000);
+    launcher_ = std::make_unique<RecordingLauncher>(lo);
+    auto service = CoordinatorService::Start(config, launcher_.get());
     ASSERT_TRUE(service.ok()) << service.status().ToString();
     service_ = std::move(*service);
     ClientOptions o;
@@ -63,6 +106,7 @@ class LaunchE2eTest : public ::testing::Test {
   void TearDown() override {
     jobs_.reset();
     service_.reset();
+    launcher_.reset();
     std::filesystem::remove_all(dir_);
   }
 
@@ -91,13 +135,19 @@ class LaunchE2eTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  std::unique_ptr<RecordingLauncher> launcher_;  // outlives service_
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<JobClient> jobs_;
 };
 
 TEST_F(LaunchE2eTest, FakeWorker_RunsTheJobToCompletion) {
-  const proto::Job job = Run({});
-  EXPECT_EQ(job.state(), proto::JOB_STATE_COMPLETED) << job.reason();
+  const proto::Job completed = Run({});
+  EXPECT_EQ(completed.state(), proto::JOB_STATE_COMPLETED) << completed.reason();
+  launcher_->WaitForExits();
+  StatusOr<proto::Job> got = jobs_->Get(completed.id());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const proto::Job& job = *got;
+  EXPECT_EQ(job.state(), proto::JOB_STATE_COMPLETED);
   EXPECT_EQ(job.ledger().steps(), 20);
   EXPECT_EQ(job.ledger().tokens(), 20 * 128);
   EXPECT_EQ(job.ledger().wasted_steps(), 0);
