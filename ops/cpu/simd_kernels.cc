@@ -335,7 +335,7 @@ void RopeRows(float* out, const float* x, const float* cos_table, const float* s
 // Note [Long-K GEMM]: the readout's dh = dlogits · E multiplies a chunk's rows (m = 128) by the
 // whole vocabulary (k = 100,352) into a small m × D result. oneDNN's sgemm ran this shape at
 // 85–118 GFLOP/s on two Zen 3 cores however it was posed, against 140–170 for the model's other
-// GEMMs. The shape needs no cleverness: each thread owns a range of C's columns, copies a
+// GEMMs. A plain blocked kernel does better: each thread owns a range of C's columns, copies a
 // kc × range panel of B into contiguous nr-wide strips (B's rows are D floats apart, so kc rows
 // of one strip would otherwise share a few L1 sets), and sweeps blocks of A's rows over each
 // strip with a 6 × nr register tile (12 accumulators, as in BLIS's Haswell kernel). A's rows
@@ -397,7 +397,7 @@ void GemmTile6(const float* a, int64_t lda, const float* strip, int64_t kc, floa
   GemmStoreRow(c + 5 * ldc, c50, c51, alpha, beta, first);
 }
 
-// The same for the last rows < 6 rows of a block, one row at a time.
+// The same for the last (fewer than 6) rows of a block, one row at a time.
 void GemmTileRows(const float* a, int64_t lda, const float* strip, int64_t kc, float* c,
                   int64_t ldc, float alpha, float beta, bool first, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r) {
