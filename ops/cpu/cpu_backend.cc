@@ -94,7 +94,7 @@ CpuBackend::~CpuBackend() {
 
 std::string CpuBackend::name() const {
   return "cpu (" + std::string(simd_->isa) + ", " + std::to_string(threads_) +
-         " threads, oneDNN sgemm)";
+         " threads, oneDNN sgemm + long-K kernel)";
 }
 
 Scratch& CpuBackend::ThreadScratch(int thread, int slot) {
