@@ -165,13 +165,15 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   }
 }
 
+bool UsesLongKGemm(const SimdKernels& simd, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t k) {
+  return !trans_a && !trans_b && m > 0 && n % simd.gemm_nr == 0 && k >= 32 * std::max(m, n);
+}
+
 void CpuBackend::GemmOne(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                          float* c, int64_t ldc) {
-  // Note [Long-K GEMM] in ops/cpu/simd_kernels.cc. On two Zen 3 cores the kernel there beat
-  // oneDNN by 1.3× at 128 × 512 × 100,352 (k = 196·max(m, n)), matched it at 2048 × 512 × 1408,
-  // and lost by 7–15% at 128 × 256 × 4096 (k = 16·max) and 2048 × 256 × 4096 (k = 2·max).
-  if (!trans_a && !trans_b && m > 0 && n % simd_->gemm_nr == 0 && k >= 32 * std::max(m, n)) {
+  if (UsesLongKGemm(*simd_, trans_a, trans_b, m, n, k)) {
     float* pack = gemm_pack_.Floats(static_cast<size_t>(simd_->gemm_kc * n));
     simd_->gemm_long_k(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack, threads_);
     return;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/simd_kernels.h"
 #include "tests/ops/backend_fixture.h"
 #include "tests/ops/reference.h"
 
@@ -253,6 +255,11 @@ TEST_P(GemmTest, LongK_NoTranspose_MatchesReference) {
   };
   for (const Size s : {Size{13, 64, 2051, 3, 0.7f, 1.3f}, Size{1, 32, 1100, 0, 1.0f, 0.0f},
                        Size{140, 32, 4480, 1, -0.5f, 0.0f}, Size{6, 96, 3100, 2, 1.0f, 1.0f}}) {
+    if (device() == Device::kCpu) {
+      ASSERT_TRUE(cpu::UsesLongKGemm(**cpu::SimdKernelsFor(GetParam().cpu_isa), false, false, s.m,
+                                     s.n, s.k))
+          << s.m << " x " << s.n << " x " << s.k << " would not run the long-K kernel";
+    }
     RunCase({.trans_a = false,
              .trans_b = false,
              .m = s.m,
