@@ -31,6 +31,7 @@
 
 #include "bench/bench_util.h"
 #include "ops/backend.h"
+#include "ops/readout_loss.h"
 
 extern char** environ;
 
@@ -226,7 +227,7 @@ void BenchGemm(Backend* be, const Options& opt, const char* self) {
 // D = 512): the backend (its long-K kernel) against oneDNN's sgemm on the same buffers,
 // alternating, one ratio per round.
 void BenchLongKGemm(Backend* be, const Options& opt) {
-  const int64_t m = 128, n = 512, k = opt.quick ? 16384 : 100352, lda = k + 16;
+  const int64_t m = 128, n = 512, k = opt.quick ? 16384 : 100352, lda = ops::LogitsPitch(k);
   Device dev(be);
   Tensor a = dev.Upload(RandomVector(m * lda, 3, 1e-3f), {m, lda});
   Tensor b = dev.Upload(RandomVector(k * n, 4), {k, n});
