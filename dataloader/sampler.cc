@@ -109,8 +109,7 @@ SamplerCursor Sampler::CursorAt(uint64_t draws) const {
     c.draws = draws;
     c.consumed[0] = draws;
   } else {
-    uint64_t unused;
-    while (c.draws < draws) Advance(&c, &unused);
+    while (c.draws < draws) Advance(&c);
   }
   return c;
 }
@@ -131,15 +130,13 @@ Status Sampler::CheckCursor(const SamplerCursor& cursor) const {
   return OkStatus();
 }
 
-int Sampler::Advance(SamplerCursor* cursor, uint64_t* position) const {
+Sampler::Step Sampler::Advance(SamplerCursor* cursor) const {
   const int s = SourceOf(cursor->draws++);
-  *position = cursor->consumed[s]++;
-  return s;
+  return Step{s, cursor->consumed[s]++};
 }
 
 Sampler::Draw Sampler::Next(SamplerCursor* cursor) const {
-  uint64_t at;
-  const int s = Advance(cursor, &at);
+  const auto [s, at] = Advance(cursor);
   const uint64_t n = static_cast<uint64_t>(sizes_[s]);
   const uint64_t epoch = at / n;
   const Permutation order(n, seed_ ^ Mix(kSourceSalt ^ (static_cast<uint64_t>(s) << 40) ^ epoch));
@@ -158,8 +155,7 @@ void Sampler::NextBatch(int rank, int dp, int64_t batch, SamplerCursor* cursor,
       if (r == rank) {
         out->push_back(Next(cursor));
       } else {
-        uint64_t unused;
-        Advance(cursor, &unused);
+        Advance(cursor);
       }
     }
   }

@@ -80,9 +80,13 @@ class Sampler {
   Sampler(std::vector<int64_t> sizes, std::vector<double> cumulative, uint64_t seed)
       : sizes_(std::move(sizes)), cumulative_(std::move(cumulative)), seed_(seed) {}
   int SourceOf(uint64_t draw) const;
-  // Advances the cursor by one draw; its source, and its position in that source's stream
-  // before the draw.
-  int Advance(SamplerCursor* cursor, uint64_t* position) const;
+  // One draw: its source, and its position in that source's stream.
+  struct Step {
+    int source;
+    uint64_t position;
+  };
+  // Advances the cursor by one draw and returns that draw.
+  Step Advance(SamplerCursor* cursor) const;
 
   std::vector<int64_t> sizes_;
   std::vector<double> cumulative_;  // cumulative normalized weights, last == 1
