@@ -4,7 +4,11 @@ baseline (bench/torch_train_step.py), one process per measurement so that peak R
 configuration, the two implementations interleaved row by row (same machine conditions).
 
 Rows: config tiny and small; K = 1, 2, 3 with recompute none; and on small also recompute full
-for K = 1 and K = 3.  Prints every JSON line, then a summary:
+for K = 1 and K = 3.  With --repeat R the whole matrix runs R rounds, one after another, and
+within a round each row runs torch and fullband back to back (which goes first alternates by
+round), so that a slow phase of the machine hits both sides of a ratio.  Prints every JSON line
+(with its round), then a summary in which every ratio is taken within a round and reported as
+the median over rounds [smallest-largest]:
   - fullband tokens/s / torch tokens/s per row;
   - K-pass step time / (K x one-pass step time) per implementation and config;
   - recompute full / none: peak RSS and step time ratios per implementation.
@@ -111,18 +115,6 @@ def run_json(cmd, env, label):
     return rec
 
 
-def best_of(cmd, env, label, repeat):
-    """Best (lowest median step time) of `repeat` runs: the machine is shared."""
-    recs = [run_json(cmd, env, label) for _ in range(repeat)]
-    ok = [r for r in recs if "error" not in r]
-    if not ok:
-        return recs[-1]
-    best = min(ok, key=lambda r: r["step_s_median"])
-    if repeat > 1:
-        best["repeats_step_s_median"] = [r["step_s_median"] for r in ok]
-    return best
-
-
 def measure_peak(threads):
     code = ("import torch,time;torch.set_num_threads(%d);a=torch.randn(2048,2048);b=torch.randn(2048,2048)\n"
             "for _ in range(3): torch.mm(a,b)\n"
@@ -155,38 +147,66 @@ def fmt(v, nd=2):
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def spread(values, nd=2):
+    """'median [min-max]' of per-round values ('-' if none; the median alone for one round)."""
+    if not values:
+        return "-"
+    med = f"{statistics.median(values):.{nd}f}"
+    if len(values) == 1:
+        return med
+    return f"{med} [{min(values):.{nd}f}-{max(values):.{nd}f}]"
+
+
 def summary(results, impls):
-    get = {(r.get("impl"), r.get("config"), r.get("passes"), r.get("recompute")): r
+    """Every ratio is taken within one round; each is reported over the rounds."""
+    rounds = sorted({r["round"] for r in results})
+    get = {(r.get("impl"), r.get("config"), r.get("passes"), r.get("recompute"), r["round"]): r
            for r in results if "error" not in r}
-    print("\n== tokens/s per row (fullband / torch) ==")
-    print(f"{'config':7s} {'K':>2s} {'recompute':9s} {'torch tok/s':>12s} {'fullband tok/s':>15s} {'ratio':>7s}"
-          f" {'torch RSS MiB':>14s} {'fullband RSS MiB':>17s}")
-    for (cfg, K, rc) in sorted({(k[1], k[2], k[3]) for k in get},
-                               key=lambda x: (x[0] != "tiny", x[2] != "none", x[1])):
-        t, f = get.get(("torch", cfg, K, rc)), get.get(("fullband", cfg, K, rc))
-        ratio = f["tokens_per_s"] / t["tokens_per_s"] if t and f else None
-        print(f"{cfg:7s} {K:2d} {rc:9s} {fmt(t and t['tokens_per_s'], 1):>12s} "
-              f"{fmt(f and f['tokens_per_s'], 1):>15s} {fmt(ratio):>7s} "
-              f"{fmt(t and t['peak_rss_mib'], 0):>14s} {fmt(f and f['peak_rss_mib'], 0):>17s}")
-    print("\n== K-pass step time / (K x one-pass step time) ==")
+
+    def per_round(fn):  # fn(round) -> value or None, for every round where it has one
+        return [v for v in (fn(rd) for rd in rounds) if v is not None]
+
+    def median_of(impl, cfg, K, rc, key):
+        vs = per_round(lambda rd: get[(impl, cfg, K, rc, rd)][key]
+                       if (impl, cfg, K, rc, rd) in get else None)
+        return statistics.median(vs) if vs else None
+
+    def ratio(num, den, key):  # per round: num[key] / den[key]
+        def f(rd):
+            n, d = get.get(num + (rd,)), get.get(den + (rd,))
+            return n[key] / d[key] if n and d else None
+        return per_round(f)
+
+    n = len(rounds)
+    print(f"\n== tokens/s per row (fullband / torch): median over {n} round(s) of each round's "
+          "ratio [min-max]; tokens/s and RSS are medians ==")
+    print(f"{'config':7s} {'K':>2s} {'recompute':9s} {'torch tok/s':>12s} {'fullband tok/s':>15s} "
+          f"{'ratio':>19s} {'torch RSS MiB':>14s} {'fullband RSS MiB':>17s}")
+    row_keys = sorted({k[1:4] for k in get}, key=lambda x: (x[0] != "tiny", x[2] != "none", x[1]))
+    for (cfg, K, rc) in row_keys:
+        r = ratio(("fullband", cfg, K, rc), ("torch", cfg, K, rc), "tokens_per_s")
+        print(f"{cfg:7s} {K:2d} {rc:9s} "
+              f"{fmt(median_of('torch', cfg, K, rc, 'tokens_per_s'), 1):>12s} "
+              f"{fmt(median_of('fullband', cfg, K, rc, 'tokens_per_s'), 1):>15s} {spread(r):>19s} "
+              f"{fmt(median_of('torch', cfg, K, rc, 'peak_rss_mib'), 0):>14s} "
+              f"{fmt(median_of('fullband', cfg, K, rc, 'peak_rss_mib'), 0):>17s}")
+    print("\n== K-pass step time / (K x one-pass step time), per round: median [min-max] ==")
     for impl in impls:
         for cfg in ("tiny", "small"):
-            one = get.get((impl, cfg, 1, "none"))
-            if not one:
-                continue
             parts = []
             for K in (2, 3):
-                r = get.get((impl, cfg, K, "none"))
+                r = ratio((impl, cfg, K, "none"), (impl, cfg, 1, "none"), "step_s_median")
                 if r:
-                    parts.append(f"K={K}: {r['step_s_median'] / (K * one['step_s_median']):.3f}")
-            print(f"{impl:9s} {cfg:6s} " + "  ".join(parts))
-    print("\n== recompute full / none (small) ==")
+                    parts.append(f"K={K}: {spread([v / K for v in r], 3)}")
+            if parts:
+                print(f"{impl:9s} {cfg:6s} " + "  ".join(parts))
+    print("\n== recompute full / none (small), per round: median [min-max] ==")
     for impl in impls:
         for K in (1, 3):
-            n, f = get.get((impl, "small", K, "none")), get.get((impl, "small", K, "full"))
-            if n and f:
-                print(f"{impl:9s} K={K}: peak RSS {f['peak_rss_mib'] / n['peak_rss_mib']:.3f}  "
-                      f"step time {f['step_s_median'] / n['step_s_median']:.3f}")
+            full, none = (impl, "small", K, "full"), (impl, "small", K, "none")
+            rss, step = ratio(full, none, "peak_rss_mib"), ratio(full, none, "step_s_median")
+            if rss and step:
+                print(f"{impl:9s} K={K}: peak RSS {spread(rss, 3)}  step time {spread(step, 3)}")
 
 
 def env_sweep(a):
@@ -232,7 +252,9 @@ def main(argv=None):
     ap.add_argument("--peak-gflops", type=float, default=0.0,
                     help="default: torch.mm 2048^3, best of 10, measured once, given to both")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run every measurement R times and keep the fastest (shared machine)")
+                    help="rounds of the whole matrix; ratios are taken within a round and "
+                         "reported as the median over rounds (with --env-sweep: runs per variant, "
+                         "the fastest kept)")
     ap.add_argument("--torch-malloc", choices=sorted(MALLOC_CHOICES), default="keep",
                     help="glibc malloc settings of the torch runs: keep (fastest; freed memory is "
                          "kept, so peak RSS includes heap fragmentation), thp (RSS ~ live peak, "
@@ -260,19 +282,22 @@ def main(argv=None):
             print(f"run_train_bench: {a.fullband} not found or not executable: skipping fullband",
                   file=sys.stderr)
     results = []
-    for cfg, K, rc in rows(a.only):
-        for impl in impls:
-            if impl == "torch":
-                cmd = [PYTHON, TORCH_SCRIPT] + flags(cfg, K, rc, a, peak)
-                env = torch_env(MALLOC_CHOICES[a.torch_malloc])
-            else:
-                cmd, env = [a.fullband] + flags(cfg, K, rc, a, peak), dict(os.environ)
-            r = best_of(cmd, env, f"{impl} {cfg} K={K} {rc}", a.repeat)
-            if "error" in r:
-                print(r["error"], file=sys.stderr)
-                r.update(impl=impl, config=cfg, passes=K, recompute=rc)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+    for rd in range(a.repeat):
+        order = impls if rd % 2 == 0 else impls[::-1]
+        for cfg, K, rc in rows(a.only):
+            for impl in order:
+                if impl == "torch":
+                    cmd = [PYTHON, TORCH_SCRIPT] + flags(cfg, K, rc, a, peak)
+                    env = torch_env(MALLOC_CHOICES[a.torch_malloc])
+                else:
+                    cmd, env = [a.fullband] + flags(cfg, K, rc, a, peak), dict(os.environ)
+                r = run_json(cmd, env, f"{impl} {cfg} K={K} {rc} round {rd}")
+                if "error" in r:
+                    print(r["error"], file=sys.stderr)
+                    r.update(impl=impl, config=cfg, passes=K, recompute=rc)
+                r["round"] = rd
+                print(json.dumps(r), flush=True)
+                results.append(r)
     if a.json_out:
         with open(a.json_out, "w") as f:
             for r in results:
