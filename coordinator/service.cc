@@ -133,6 +133,14 @@ StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path) {
   return ParseServiceConfig(text.str(), path);
 }
 
+LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config) {
+  LocalLauncherOptions lo;
+  lo.mpirun = config.mpirun;
+  lo.direct_single_process = config.direct_single_process;
+  lo.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(config.kill_grace_seconds * 1000));
+  return lo;
+}
+
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const ServiceConfig& config,
                                                                         Launcher* launcher,
                                                                         const Clock* clock) {
@@ -140,12 +148,7 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
   s->config_ = config;
   if (clock == nullptr) clock = &s->real_clock_;
   if (launcher == nullptr) {
-    LocalLauncherOptions lo;
-    lo.mpirun = config.mpirun;
-    lo.direct_single_process = config.direct_single_process;
-    lo.kill_grace =
-        std::chrono::milliseconds(static_cast<int64_t>(config.kill_grace_seconds * 1000));
-    s->own_launcher_ = std::make_unique<LocalLauncher>(lo);
+    s->own_launcher_ = std::make_unique<LocalLauncher>(LocalLauncherOptionsFor(config));
     launcher = s->own_launcher_.get();
   }
   if (!config.tokens_file.empty()) {

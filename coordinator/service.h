@@ -31,6 +31,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/grpc_server.h"
 #include "coordinator/launcher.h"
+#include "coordinator/local_launcher.h"
 #include "coordinator/metrics_http.h"
 #include "coordinator/rpc_handler.h"
 #include "coordinator/store.h"
@@ -59,6 +60,9 @@ struct ServiceConfig {
 // keys, wrong types and out-of-range values.
 StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_view source);
 StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path);  // + NOT_FOUND
+
+// The local launcher's options that `config` sets (mpirun, direct_single_process, kill grace).
+LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config);
 
 class CoordinatorService {
  public:

@@ -88,10 +88,7 @@ class LaunchE2eTest : public ::testing::Test {
     config.heartbeat_timeout_seconds = 5;
     config.direct_single_process = true;
     config.kill_grace_seconds = 1;
-    LocalLauncherOptions lo;
-    lo.direct_single_process = true;
-    lo.kill_grace = std::chrono::milliseconds(1000);
-    launcher_ = std::make_unique<RecordingLauncher>(lo);
+    launcher_ = std::make_unique<RecordingLauncher>(LocalLauncherOptionsFor(config));
     auto service = CoordinatorService::Start(config, launcher_.get());
     ASSERT_TRUE(service.ok()) << service.status().ToString();
     service_ = std::move(*service);
