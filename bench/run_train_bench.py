@@ -173,8 +173,8 @@ def summary(results, impls):
 
     def ratio(num, den, key):  # per round: num[key] / den[key]
         def f(rd):
-            n, d = get.get(num + (rd,)), get.get(den + (rd,))
-            return n[key] / d[key] if n and d else None
+            top, bottom = get.get(num + (rd,)), get.get(den + (rd,))
+            return top[key] / bottom[key] if top and bottom else None
         return per_round(f)
 
     n = len(rounds)
