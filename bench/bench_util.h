@@ -1,6 +1,8 @@
 // Small helpers shared by the programs under bench/: timing (median of repeats) and JSON lines.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +36,13 @@ inline double Seconds(const std::function<void()>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds the whole process (every thread) has used so far.
+inline double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // For two measurements taken in the same rounds (a[r] and b[r] one after the other): the

@@ -125,12 +125,20 @@ int Run(const std::vector<std::string>& args) {
   };
   encode_one_thread();  // warm up
   encode_threads();
-  std::vector<double> t_one, t_threads, t_ingest;
+  // Wall and CPU seconds of each phase: CPU over wall tells cores left idle from work that
+  // grew when it ran beside other threads.
+  std::vector<double> t_one, t_threads, t_ingest, cpu_threads, cpu_ingest;
+  auto timed = [](const std::function<void()>& fn, std::vector<double>* wall,
+                  std::vector<double>* cpu) {
+    const double c0 = bench::ProcessCpuSeconds();
+    wall->push_back(bench::Seconds(fn));
+    cpu->push_back(bench::ProcessCpuSeconds() - c0);
+  };
   for (int r = 0; r < reps; ++r) {
     t_one.push_back(bench::Seconds(encode_one_thread));
     std::filesystem::remove_all(dir);
-    t_ingest.push_back(bench::Seconds(ingest));
-    t_threads.push_back(bench::Seconds(encode_threads));
+    timed(ingest, &t_ingest, &cpu_ingest);
+    timed(encode_threads, &t_threads, &cpu_threads);
   }
   const double t_encode = bench::Median(t_one), t_bound = bench::Median(t_threads),
                t_all = bench::Median(t_ingest);
@@ -151,12 +159,12 @@ int Run(const std::vector<std::string>& args) {
       input.c_str(), copies, mb, docs.size(), tokens, mb / t_encode, t_encode);
   std::printf(
       "{\"bench\": \"ingest\", \"impl\": \"encode_only\", \"threads\": %d, \"mb_per_s\": %.2f, "
-      "\"seconds_median\": %.3f}\n",
-      threads, mb / t_bound, t_bound);
+      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
+      threads, mb / t_bound, t_bound, bench::Median(cpu_threads));
   std::printf(
       "{\"bench\": \"ingest\", \"impl\": \"ingest\", \"threads\": %d, \"mb_per_s\": %.2f, "
-      "\"seconds_median\": %.3f}\n",
-      threads, mb / t_all, t_all);
+      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
+      threads, mb / t_all, t_all, bench::Median(cpu_ingest));
   std::printf(
       "{\"bench\": \"ingest\", \"summary\": true, \"rounds\": %d, \"ingest_over_encode\": %.3f, "
       "\"ingest_over_encode_min\": %.3f, \"ingest_over_encode_max\": %.3f, "
