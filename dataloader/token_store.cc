@@ -478,10 +478,15 @@ TokenStoreWriter::TokenStoreWriter(std::string path, rocksdb::DB* db,
 // sync that Finish does costs about 1.3 ms per MB written since the last one on a virtual disk
 // (measured: 25 MB, 28-36 ms, even with the file written back as it grew), all of it a stall
 // at commit. A thread syncs the file every kTableSyncBytes while records are still being
-// appended, so Finish only waits for the last few MB. It waits on the disk, not on a core.
+// appended, so Finish only waits for the sync in progress, the bytes written since and the
+// writer's buffer (kTableBufferBytes, not yet in the file). It waits on the disk, not on a
+// core. Syncing every 4 MB with a 1 MB buffer, a 25 MB commit took 9.5 ms (median); every
+// 1 MB, 6.8 ms; with a 256 KB buffer too, 5.4 ms.
+constexpr size_t kTableBufferBytes = 256 << 10;
+
 class TokenStoreWriter::TableSync {
  public:
-  static constexpr uint64_t kTableSyncBytes = 4 << 20;
+  static constexpr uint64_t kTableSyncBytes = 1 << 20;
 
   static StatusOr<std::unique_ptr<TableSync>> Open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -634,9 +639,11 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
     table_path_ = (std::filesystem::path(path_) /
                    (std::string(kTablePrefix) + std::to_string(tables_++) + ".sst"))
                       .string();
-    auto table = std::make_unique<rocksdb::SstFileWriter>(
-        rocksdb::EnvOptions(), StoreOptions(/*reader=*/false), handles_[0],
-        /*invalidate_page_cache=*/false);
+    rocksdb::EnvOptions env;
+    env.writable_file_max_buffer_size = kTableBufferBytes;
+    auto table =
+        std::make_unique<rocksdb::SstFileWriter>(env, StoreOptions(/*reader=*/false), handles_[0],
+                                                 /*invalidate_page_cache=*/false);
     FB_RETURN_IF_ERROR(FromRocks(table->Open(table_path_), table_path_));
     StatusOr<std::unique_ptr<TableSync>> sync = TableSync::Open(table_path_);
     if (!sync.ok()) {  // the next Open removes the empty file
