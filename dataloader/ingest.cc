@@ -166,7 +166,9 @@ struct Chunk {
     int64_t replaced = 0;
     Status error;
   };
-  // text[0, size) holds the chunk's bytes (and any bytes past it, the start of the next).
+  // text[0, size) holds the chunk's bytes (and any bytes past it, the start of the next);
+  // once read, at least simdjson::SIMDJSON_PADDING initialized bytes follow them, so a JSONL
+  // line parses in place (simdjson reads past a document's end, whatever the bytes there).
   std::vector<char, UninitializedAllocator<char>> text;
   size_t size = 0;
   std::vector<Piece> pieces;
@@ -183,6 +185,13 @@ struct Chunk {
     documents = 0;
   }
   std::string_view view(const Piece& p) const { return {text.data() + p.offset, p.size}; }
+  // Ends the chunk's text at `size`: the padding after it is made readable.
+  void Seal() {
+    if (text.size() < size + simdjson::SIMDJSON_PADDING) {
+      text.resize(size + simdjson::SIMDJSON_PADDING);
+    }
+    std::memset(text.data() + size, ' ', simdjson::SIMDJSON_PADDING);
+  }
   void Add(size_t offset, size_t size, bool ends_document, int64_t json_line = 0) {
     pieces.push_back(Piece{offset, size, ends_document, json_line});
     documents += ends_document;
@@ -233,7 +242,8 @@ void EncodeBatch(const Tokenizer& tok, const IngestOptions& options, simdjson::d
       simdjson::dom::element doc;
       simdjson::dom::object object;
       std::string_view field;
-      if (const auto err = parser.parse(text.data(), text.size()).get(doc)) {
+      // In place, without a copy: the chunk's text is padded (Chunk::text).
+      if (const auto err = parser.parse(text.data(), text.size(), false).get(doc)) {
         return fail(std::string("not a JSON value (") + simdjson::error_message(err) + ")");
       }
       if (doc.get_object().get(object)) return fail("not a JSON object");
@@ -349,6 +359,7 @@ class DocumentReader {
           chunk->size = start;
           start = 0;
         }
+        chunk->Seal();
         FB_RETURN_IF_ERROR(emit(chunk));
         chunk = next;
       }

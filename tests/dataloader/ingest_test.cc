@@ -180,6 +180,38 @@ TEST_F(IngestTest, BadJsonlLine_IsAnErrorNamingFileAndLine_EarlierSourcesStay) {
             std::string::npos);
 }
 
+// Lines are parsed where they were read, inside the chunk: the bytes after a line (the next
+// line, or the padding after the chunk) are never part of it.
+TEST_F(IngestTest, JsonlLines_ParseInPlace_EndingAtTheirNewline) {
+  const std::string last_unterminated =
+      Write("u.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \"c");
+  const std::string cut = Write("cut.jsonl", "{\"text\": \"one\"\n}\n");
+  const std::string no_newline = Write("n.jsonl", "{\"text\": \"x\"}\n{\"text\": \"last\"}");
+  for (int64_t chunk_bytes : {int64_t{1}, int64_t{1} << 20}) {
+    IngestOptions o = Options({last_unterminated}, "u" + std::to_string(chunk_bytes));
+    o.chunk_bytes = chunk_bytes;
+    StatusOr<IngestResult> r = Ingest(Phi4(), o, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(last_unterminated + ":3: not a JSON value"),
+              std::string::npos)
+        << r.status().ToString();
+    o = Options({cut}, "c" + std::to_string(chunk_bytes));
+    o.chunk_bytes = chunk_bytes;
+    r = Ingest(Phi4(), o, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(cut + ":1: not a JSON value"), std::string::npos)
+        << r.status().ToString();
+    o = Options({no_newline}, "n" + std::to_string(chunk_bytes));
+    o.chunk_bytes = chunk_bytes;
+    r = Ingest(Phi4(), o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<uint32_t> expect;
+    AppendDoc("x", &expect);
+    AppendDoc("last", &expect);
+    EXPECT_EQ(Stream(o.out), expect);
+  }
+}
+
 // Into a new store the first records wait in memory while it is created; into an existing one
 // they go straight to it. Either way a failing input is dropped alone.
 TEST_F(IngestTest, BadJsonlLine_InANewOrExistingStore_DropsOnlyThatInput) {
