@@ -54,8 +54,8 @@ def main():
     print(f"(medians of {args.rounds} rounds x {args.reps} reps)")
     for path in files:
         name = os.path.basename(path)[:-4]
-        mine = [r for r in rows if r["file"] == path and r["impl"] == "fullband"]
-        ref = [r for r in rows if r["file"] == path and r["impl"] == "tiktoken-wasm"]
+        mine = [r for r in rows if r.get("file") == path and r["impl"] == "fullband"]
+        ref = [r for r in rows if r.get("file") == path and r["impl"] == "tiktoken-wasm"]
         if mine[0]["tokens"] != ref[0]["tokens"]:
             print(f"{name}: token counts differ: {mine[0]['tokens']} vs {ref[0]['tokens']}")
             return 1
@@ -70,6 +70,14 @@ def main():
                         "tiktoken_cpu_mb_per_s": cb, "cpu_ratio": ca / cb, "cpu": mine[0]["cpu"]})
         print(f"{name:10s} {mine[0]['bytes'] / 1e6:5.1f} {a:14.2f} {b:14.2f} {a / b:6.2f} {tok:16.2f} "
               f"{ca:24.2f} {cb:9.2f} {ca / cb:6.2f}")
+    loads = {impl: statistics.median(r["seconds"] for r in rows
+                                     if r["bench"] == "tokenizer_load" and r["impl"] == impl)
+             for impl in ("fullband", "tiktoken-wasm")}
+    print(f"\nloading the ranks (median of rounds' medians): fullband {loads['fullband'] * 1e3:.1f} ms, "
+          f"tiktoken {loads['tiktoken-wasm'] * 1e3:.1f} ms, "
+          f"ratio {loads['tiktoken-wasm'] / loads['fullband']:.2f}")
+    summary.append({"load": True, "fullband_seconds": loads["fullband"],
+                    "tiktoken_seconds": loads["tiktoken-wasm"]})
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(summary, f, indent=1)

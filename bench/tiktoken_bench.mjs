@@ -1,5 +1,6 @@
 // Single-thread encode throughput of npm tiktoken@1.0.22 (its WASM build, cl100k_base,
-// encode_ordinary) on the given text files: one JSON line per file like tokenize_bench's.
+// encode_ordinary) on the given text files: one JSON line per file like tokenize_bench's, after
+// one with the median time of get_encoding.
 // Each file is decoded to a JS string once, outside the timing (tiktoken's input is a string).
 // cpu_mb_per_s uses the process's CPU time (steadier on a busy machine).
 //
@@ -22,6 +23,20 @@ if (args[0] === '--reps') {
 if (!args.length || !(reps >= 1)) {
   console.error('usage: node bench/tiktoken_bench.mjs [--reps N] FILE...');
   process.exit(2);
+}
+// Loading: get_encoding builds the encoder from the package's ranks each time it is called.
+{
+  const times = [];
+  for (let r = 0; r < reps; r++) {
+    const t0 = process.hrtime.bigint();
+    get_encoding('cl100k_base').free();
+    times.push(Number(process.hrtime.bigint() - t0) / 1e9);
+  }
+  times.sort((a, b) => a - b);
+  console.log(JSON.stringify({
+    bench: 'tokenizer_load', impl: 'tiktoken-wasm',
+    seconds: Number(times[Math.floor(times.length / 2)].toFixed(4)), reps,
+  }));
 }
 const enc = get_encoding('cl100k_base');
 const decoder = new TextDecoder('utf-8', { ignoreBOM: true });

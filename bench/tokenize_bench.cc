@@ -1,6 +1,7 @@
 // Single-thread encode throughput of the Phi-4 tokenizer on the given text files: one JSON line
 // per file with MB/s (10^6 bytes of input per second) and tokens/s, medians of --reps runs
-// (wall clock; cpu_mb_per_s from the thread's CPU time).
+// (wall clock; cpu_mb_per_s from the thread's CPU time), after one line with the median time of
+// Tokenizer::Load.
 // bench/run_tokenize_bench.py runs it next to tiktoken's WASM build on the same files.
 //
 //   tokenize_bench [--reps N] [--tokenizer RANKS] FILE...
@@ -15,6 +16,7 @@
 
 #include "bench/bench_util.h"
 #include "cli/flags.h"
+#include "common/check.h"
 #include "dataloader/tokenizer.h"
 
 namespace fullband {
@@ -34,12 +36,21 @@ int Run(const std::vector<std::string>& args) {
                  reps.ok() ? "" : reps.status().message().c_str());
     return 2;
   }
-  StatusOr<dataloader::Tokenizer> tokenizer = dataloader::Tokenizer::Load(
-      flags->Get("tokenizer", dataloader::Tokenizer::DefaultRanksPath()));
+  const std::string ranks = flags->Get("tokenizer", dataloader::Tokenizer::DefaultRanksPath());
+  StatusOr<dataloader::Tokenizer> tokenizer = dataloader::Tokenizer::Load(ranks);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "tokenize_bench: %s\n", tokenizer.status().message().c_str());
     return 2;
   }
+  // What every `fullband tokenize` and `fullband ingest` pays before its first id: reading,
+  // hashing and checking the ranks file and building the tables (the file is in the page cache).
+  const double load_seconds =
+      bench::MedianSeconds([&] { FB_CHECK(dataloader::Tokenizer::Load(ranks).ok()); }, /*warmup=*/0,
+                           static_cast<int>(*reps));
+  std::printf(
+      "{\"bench\": \"tokenizer_load\", \"impl\": \"fullband\", \"seconds\": %.4f, "
+      "\"reps\": %ld, \"cpu\": \"%s\"}\n",
+      load_seconds, static_cast<long>(*reps), bench::CpuModel().c_str());
   for (const std::string& path : flags->positional()) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <queue>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "dataloader/unicode_classes.h"
@@ -125,7 +126,8 @@ inline uint32_t SlotLenTag(size_t n, uint64_t h) {
   return static_cast<uint32_t>(n) << 24 | static_cast<uint32_t>(h >> 40);
 }
 
-// Standard base64 with '=' padding; false on any other character or a bad length.
+// Appends the bytes of standard base64 with '=' padding to *out; false on any other character
+// or a bad length.
 bool DecodeBase64(std::string_view in, std::string* out) {
   auto value = [](char c) -> int {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -136,7 +138,6 @@ bool DecodeBase64(std::string_view in, std::string* out) {
     return -1;
   };
   if (in.empty() || in.size() % 4 != 0) return false;
-  out->clear();
   for (size_t i = 0; i < in.size(); i += 4) {
     const bool last = i + 4 == in.size();
     int v[4];
@@ -338,11 +339,13 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   static std::atomic<uint64_t> loaded{0};
   t.id_ = ++loaded;  // Note [Piece cache]
   t.hash_ = Sha256Hex(contents);
-  std::vector<std::string> tokens(kNumRanks);
-  std::vector<bool> seen(kNumRanks, false);
+  // Each rank's bytes, decoded into one buffer in file order: where and how long.
+  std::string decoded;
+  decoded.reserve(contents.size());
+  constexpr uint32_t kUnseen = UINT32_MAX;
+  std::vector<std::pair<uint32_t, uint32_t>> spans(kNumRanks, {kUnseen, 0});
   size_t line_start = 0;
   int64_t line_no = 0;
-  std::string decoded;
   while (line_start < contents.size()) {
     size_t line_end = contents.find('\n', line_start);
     if (line_end == std::string::npos) line_end = contents.size();
@@ -356,6 +359,7 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
     };
     const size_t space = line.find(' ');
     if (space == std::string_view::npos) return bad("expected '<base64 token> <rank>'");
+    const size_t at = decoded.size();
     if (!DecodeBase64(line.substr(0, space), &decoded)) return bad("bad base64 token");
     const std::string_view rank_text = line.substr(space + 1);
     uint64_t rank = 0;
@@ -368,12 +372,11 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
       return bad("rank " + std::to_string(rank) + " is not below " + std::to_string(kNumRanks) +
                  " (ids from there on are Phi-4 special tokens)");
     }
-    if (seen[rank]) return bad("rank " + std::to_string(rank) + " appears twice");
-    seen[rank] = true;
-    tokens[rank] = decoded;
+    if (spans[rank].first != kUnseen) return bad("rank " + std::to_string(rank) + " appears twice");
+    spans[rank] = {static_cast<uint32_t>(at), static_cast<uint32_t>(decoded.size() - at)};
   }
   for (uint32_t r = 0; r < kNumRanks; ++r) {
-    if (!seen[r]) {
+    if (spans[r].first == kUnseen) {
       return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
                            " is missing (expected every rank below " + std::to_string(kNumRanks) +
                            ")");
@@ -388,9 +391,14 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
     if (text.empty()) text = "<|dummy_" + std::to_string(dummy++) + "|>";
   }
   t.offsets_.reserve(kVocabSize + 1);
+  t.bytes_.reserve(decoded.size() + 16 * special_text.size());
   for (uint32_t id = 0; id < kVocabSize; ++id) {
     t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
-    t.bytes_ += id < kNumRanks ? tokens[id] : special_text[id - kNumRanks];
+    if (id < kNumRanks) {
+      t.bytes_.append(decoded, spans[id].first, spans[id].second);
+    } else {
+      t.bytes_ += special_text[id - kNumRanks];
+    }
   }
   t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
   for (uint32_t id = kNumRanks; id < kVocabSize; ++id) {
@@ -402,35 +410,35 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   t.table_.assign(slots, Slot{});
   t.table_mask_ = static_cast<uint32_t>(slots - 1);
   std::fill(std::begin(t.byte_rank_), std::end(t.byte_rank_), kNoRank);
-  for (uint32_t r = 0; r < kNumRanks; ++r) {
-    const std::string_view b = t.TokenBytes(r);
-    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
-    if (b.empty() || b.size() > kMaxTokenBytes) {
-      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
-                           " has a token of " + std::to_string(b.size()) + " bytes (1 to " +
-                           std::to_string(kMaxTokenBytes) + " allowed)");
+  // Hashed and prefetched a batch ahead, then checked and inserted in rank order (Note [Building
+  // the tables]).
+  std::vector<uint64_t> hashes(kTableBatch);
+  for (uint32_t first = 0; first < kNumRanks; first += kTableBatch) {
+    const uint32_t end = std::min<uint32_t>(kNumRanks, first + kTableBatch);
+    for (uint32_t r = first; r < end; ++r) {
+      const std::string_view b = t.TokenBytes(r);
+      hashes[r - first] = HashBytes(reinterpret_cast<const unsigned char*>(b.data()), b.size());
+      t.PrefetchSlot(hashes[r - first]);
     }
-    if (t.Rank(p, b.size()) != kNoRank) {
-      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
-                           " repeats the token of rank " + std::to_string(t.Rank(p, b.size())));
+    for (uint32_t r = first; r < end; ++r) {
+      const std::string_view b = t.TokenBytes(r);
+      const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+      if (b.empty() || b.size() > kMaxTokenBytes) {
+        return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+                             " has a token of " + std::to_string(b.size()) + " bytes (1 to " +
+                             std::to_string(kMaxTokenBytes) + " allowed)");
+      }
+      const uint64_t h = hashes[r - first];
+      if (const uint32_t same = t.RankHashed(p, b.size(), h); same != kNoRank) {
+        return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+                             " repeats the token of rank " + std::to_string(same));
+      }
+      t.max_token_len_ = std::max(t.max_token_len_, b.size());
+      t.InsertHashed(p, b.size(), h, r);
+      if (b.size() == 1) t.byte_rank_[p[0]] = r;
     }
-    t.max_token_len_ = std::max(t.max_token_len_, b.size());
-    t.Insert(p, b.size(), r);
-    if (b.size() == 1) t.byte_rank_[p[0]] = r;
   }
-  // Every way a token splits into two tokens: the merges BPE can make.
-  size_t pair_slots = 1;
-  while (pair_slots < 2 * static_cast<size_t>(kNumRanks) * 2) pair_slots <<= 1;  // load < 0.5
-  t.pairs_.assign(pair_slots, kEmptyPair);
-  t.pair_shift_ = 64 - std::countr_zero(pair_slots);
-  for (uint32_t r = 0; r < kNumRanks; ++r) {
-    const std::string_view b = t.TokenBytes(r);
-    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
-    for (size_t k = 1; k < b.size(); ++k) {
-      const uint32_t left = t.Rank(p, k), right = t.Rank(p + k, b.size() - k);
-      if (left != kNoRank && right != kNoRank) t.InsertPair(left, right, r);
-    }
-  }
+  t.BuildPairs();
   for (int b = 0; b < 256; ++b) {
     if (t.byte_rank_[b] == kNoRank) {
       return DataLossError("tokenizer ranks " + ranks_path + ": no token for the single byte " +
@@ -440,8 +448,7 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   return t;
 }
 
-void Tokenizer::Insert(const unsigned char* p, size_t n, uint32_t rank) {
-  const uint64_t h = HashBytes(p, n);
+void Tokenizer::InsertHashed(const unsigned char* p, size_t n, uint64_t h, uint32_t rank) {
   for (uint32_t i = static_cast<uint32_t>(h) & table_mask_;; i = (i + 1) & table_mask_) {
     if (table_[i].len_tag == 0) {
       table_[i] = Slot{Head(p, n), rank, SlotLenTag(n, h)};
@@ -468,13 +475,86 @@ uint32_t Tokenizer::RankHashed(const unsigned char* p, size_t n, uint64_t h) con
   }
 }
 
-void Tokenizer::InsertPair(uint32_t left, uint32_t right, uint32_t merged) {
-  const uint64_t key = uint64_t{left} << kRankBits | right;
-  for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> pair_shift_;;
-       i = (i + 1) & (pairs_.size() - 1)) {
+void Tokenizer::InsertPair(uint64_t key, uint32_t merged) {
+  for (size_t i = PairHome(key);; i = (i + 1) & (pairs_.size() - 1)) {
     if (pairs_[i] == kEmptyPair) {
       pairs_[i] = key << kRankBits | merged;
       return;
+    }
+  }
+}
+
+// Note [Building the tables]: loading is mostly random reads of the 4 MB token table (is this
+// token new? is this half of a token a token?), about 700,000 of them, and 300,000 random
+// writes of the 4 MB pair table. Reads and writes go in batches in which every slot is
+// prefetched before the first is probed, so that their misses overlap, and the splits are
+// looked up on every core. The tables come out the same every time: tokens are inserted in rank
+// order, pairs in (merged, split) order.
+std::vector<std::pair<uint64_t, uint32_t>> Tokenizer::PairsOf(uint32_t first, uint32_t end) const {
+  struct Split {
+    uint32_t merged;
+    uint32_t at;  // bytes in the left half
+    uint64_t hash;
+    uint32_t left;
+  };
+  std::vector<Split> splits, lefts;
+  splits.reserve(kTableBatch + kMaxTokenBytes);
+  lefts.reserve(splits.capacity());
+  std::vector<std::pair<uint64_t, uint32_t>> pairs;  // key, merged
+  auto bytes = [&](uint32_t rank) {
+    return reinterpret_cast<const unsigned char*>(bytes_.data()) + offsets_[rank];
+  };
+  auto size = [&](uint32_t rank) { return offsets_[rank + 1] - offsets_[rank]; };
+  auto flush = [&] {
+    for (Split& s : splits) {
+      s.hash = HashBytes(bytes(s.merged), s.at);
+      PrefetchSlot(s.hash);
+    }
+    lefts.clear();
+    for (Split& s : splits) {
+      s.left = RankHashed(bytes(s.merged), s.at, s.hash);
+      if (s.left == kNoRank) continue;
+      s.hash = HashBytes(bytes(s.merged) + s.at, size(s.merged) - s.at);
+      PrefetchSlot(s.hash);
+      lefts.push_back(s);
+    }
+    for (const Split& s : lefts) {
+      const uint32_t right = RankHashed(bytes(s.merged) + s.at, size(s.merged) - s.at, s.hash);
+      if (right != kNoRank) pairs.emplace_back(uint64_t{s.left} << kRankBits | right, s.merged);
+    }
+    splits.clear();
+  };
+  for (uint32_t r = first; r < end; ++r) {
+    for (uint32_t k = 1; k < size(r); ++k) splits.push_back(Split{r, k, 0, 0});
+    if (splits.size() >= kTableBatch) flush();
+  }
+  flush();
+  return pairs;
+}
+
+void Tokenizer::BuildPairs() {
+  size_t pair_slots = 1;
+  while (pair_slots < 2 * static_cast<size_t>(kNumRanks) * 2) pair_slots <<= 1;  // load < 0.5
+  pairs_.assign(pair_slots, kEmptyPair);
+  pair_shift_ = 64 - std::countr_zero(pair_slots);
+  // Every way a token splits into two tokens: the merges BPE can make. Ranks are dealt out in
+  // ranges, one to a core.
+  const uint32_t parts = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> found(parts);
+  std::vector<std::thread> threads;
+  for (uint32_t i = 1; i < parts; ++i) {
+    threads.emplace_back([&, i] {
+      found[i] =
+          PairsOf(kNumRanks / parts * i, i + 1 == parts ? kNumRanks : kNumRanks / parts * (i + 1));
+    });
+  }
+  found[0] = PairsOf(0, parts == 1 ? kNumRanks : kNumRanks / parts);
+  for (std::thread& t : threads) t.join();
+  for (const auto& pairs : found) {
+    for (size_t first = 0; first < pairs.size(); first += kTableBatch) {
+      const size_t end = std::min(pairs.size(), first + kTableBatch);
+      for (size_t i = first; i < end; ++i) __builtin_prefetch(&pairs_[PairHome(pairs[i].first)], 1);
+      for (size_t i = first; i < end; ++i) InsertPair(pairs[i].first, pairs[i].second);
     }
   }
 }

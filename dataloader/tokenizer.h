@@ -63,18 +63,28 @@ class Tokenizer {
   // The rank of bytes p[0..n), or kNoRank.
   uint32_t Rank(const unsigned char* p, size_t n) const;
   uint32_t RankHashed(const unsigned char* p, size_t n, uint64_t hash) const;
-  void Insert(const unsigned char* p, size_t n, uint32_t rank);
+  // Adds a token new to the table; h = HashBytes(p, n).
+  void InsertHashed(const unsigned char* p, size_t n, uint64_t h, uint32_t rank);
+  void PrefetchSlot(uint64_t h) const {
+    __builtin_prefetch(&table_[static_cast<uint32_t>(h) & table_mask_]);
+  }
+  // Where the probe for a pair key starts.
+  size_t PairHome(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> pair_shift_; }
   // The rank of the token whose bytes are those of `left` then `right`, or kNoRank.
   uint32_t PairRank(uint32_t left, uint32_t right) const {
     const uint64_t key = uint64_t{left} << kRankBits | right;
-    for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> pair_shift_;;
-         i = (i + 1) & (pairs_.size() - 1)) {
+    for (size_t i = PairHome(key);; i = (i + 1) & (pairs_.size() - 1)) {
       const uint64_t e = pairs_[i];
       if (e == kEmptyPair) return kNoRank;
       if (e >> kRankBits == key) return static_cast<uint32_t>(e & ((1u << kRankBits) - 1));
     }
   }
-  void InsertPair(uint32_t left, uint32_t right, uint32_t merged);
+  void InsertPair(uint64_t key, uint32_t merged);  // key = left << kRankBits | right
+  void BuildPairs();                               // Note [Building the tables]
+  // (key, merged) for every split of tokens first..end-1 into two tokens, in that order.
+  std::vector<std::pair<uint64_t, uint32_t>> PairsOf(uint32_t first, uint32_t end) const;
+  // Lookups in flight at once while the tables are built.
+  static constexpr uint32_t kTableBatch = 256;
   struct PieceCache;                // Note [Piece cache]
   PieceCache* ThreadCache() const;  // this thread's, emptied if another tokenizer filled it
   // Appends the ids of one piece of the split (valid UTF-8 bytes).
