@@ -502,9 +502,9 @@ std::vector<std::pair<uint64_t, uint32_t>> Tokenizer::PairsOf(uint32_t first, ui
   lefts.reserve(splits.capacity());
   std::vector<std::pair<uint64_t, uint32_t>> pairs;  // key, merged
   auto bytes = [&](uint32_t rank) {
-    return reinterpret_cast<const unsigned char*>(bytes_.data()) + offsets_[rank];
+    return reinterpret_cast<const unsigned char*>(TokenBytes(rank).data());
   };
-  auto size = [&](uint32_t rank) { return offsets_[rank + 1] - offsets_[rank]; };
+  auto size = [&](uint32_t rank) { return static_cast<uint32_t>(TokenBytes(rank).size()); };
   auto flush = [&] {
     for (Split& s : splits) {
       s.hash = HashBytes(bytes(s.merged), s.at);
@@ -541,14 +541,12 @@ void Tokenizer::BuildPairs() {
   // ranges, one to a core.
   const uint32_t parts = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> found(parts);
+  auto part = [&](uint32_t i) {
+    found[i] = PairsOf(kNumRanks * i / parts, kNumRanks * (i + 1) / parts);
+  };
   std::vector<std::thread> threads;
-  for (uint32_t i = 1; i < parts; ++i) {
-    threads.emplace_back([&, i] {
-      found[i] =
-          PairsOf(kNumRanks / parts * i, i + 1 == parts ? kNumRanks : kNumRanks / parts * (i + 1));
-    });
-  }
-  found[0] = PairsOf(0, parts == 1 ? kNumRanks : kNumRanks / parts);
+  for (uint32_t i = 1; i < parts; ++i) threads.emplace_back(part, i);
+  part(0);
   for (std::thread& t : threads) t.join();
   for (const auto& pairs : found) {
     for (size_t first = 0; first < pairs.size(); first += kTableBatch) {
