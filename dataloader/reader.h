@@ -16,29 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/allocators.h"
 #include "common/status.h"
 #include "dataloader/sampler.h"
 #include "dataloader/token_store.h"
 
 namespace fullband::dataloader {
-
-// A std::allocator whose resize() leaves new elements default-initialized (for ints:
-// unwritten), for buffers that are overwritten in full right away.
-template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    if constexpr (sizeof...(Args) == 0) {
-      ::new (static_cast<void*>(p)) U;
-    } else {
-      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-    }
-  }
-};
 
 struct Batch {
   std::vector<int32_t, UninitializedAllocator<int32_t>> tokens;  // (B, T + 1)
