@@ -14,7 +14,6 @@
 #include <functional>
 #include <memory>
 #include <queue>
-#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -330,10 +329,17 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
                          ": cannot open (run scripts/fetch_deps.sh, or set "
                          "FULLBAND_TOKENIZER_RANKS)");
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  // Read whole into huge pages: the file is 1.6 MB, and its 4 KB pages' first touches cost
+  // more than the parsing on some virtual machines (Note [Ingest memory] in ingest.cc).
+  std::vector<char, UninitializedHugePageAllocator<char>> file;
+  while (in) {
+    const size_t have = file.size();
+    file.resize(std::max<size_t>(have * 2, size_t{2} << 20));
+    in.read(file.data() + have, static_cast<std::streamsize>(file.size() - have));
+    file.resize(have + static_cast<size_t>(in.gcount()));
+  }
   if (in.bad()) return DataLossError("tokenizer ranks " + ranks_path + ": read error");
-  const std::string contents = std::move(buffer).str();
+  const std::string_view contents(file.data(), file.size());
 
   Tokenizer t;
   static std::atomic<uint64_t> loaded{0};
@@ -348,7 +354,7 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
   int64_t line_no = 0;
   while (line_start < contents.size()) {
     size_t line_end = contents.find('\n', line_start);
-    if (line_end == std::string::npos) line_end = contents.size();
+    if (line_end == std::string_view::npos) line_end = contents.size();
     const std::string_view line(contents.data() + line_start, line_end - line_start);
     line_start = line_end + 1;
     ++line_no;
@@ -490,7 +496,7 @@ void Tokenizer::InsertPair(uint64_t key, uint32_t merged) {
 // is prefetched before the first is probed, so that their misses overlap, and the splits are looked
 // up on every core. The tables come out the same every time: tokens are inserted in rank order,
 // pairs in (merged, split) order.
-std::vector<std::pair<uint64_t, uint32_t>> Tokenizer::PairsOf(uint32_t first, uint32_t end) const {
+Tokenizer::PairList Tokenizer::PairsOf(uint32_t first, uint32_t end) const {
   struct Split {
     uint32_t merged;
     uint32_t at;  // bytes in the left half
@@ -500,7 +506,8 @@ std::vector<std::pair<uint64_t, uint32_t>> Tokenizer::PairsOf(uint32_t first, ui
   std::vector<Split> splits, lefts;
   splits.reserve(kTableBatch + kMaxTokenBytes);
   lefts.reserve(splits.capacity());
-  std::vector<std::pair<uint64_t, uint32_t>> pairs;  // key, merged
+  PairList pairs;                        // key, merged
+  pairs.reserve((end - first) * 5 / 2);  // cl100k_base has 2.3 per token
   auto bytes = [&](uint32_t rank) {
     return reinterpret_cast<const unsigned char*>(TokenBytes(rank).data());
   };
@@ -540,7 +547,7 @@ void Tokenizer::BuildPairs() {
   // Every way a token splits into two tokens: the merges BPE can make. Ranks are dealt out in
   // ranges, one to a core.
   const uint32_t parts = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
-  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> found(parts);
+  std::vector<PairList> found(parts);
   auto part = [&](uint32_t i) {
     found[i] = PairsOf(kNumRanks * i / parts, kNumRanks * (i + 1) / parts);
   };

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/allocators.h"
 #include "common/status.h"
 
 namespace fullband::dataloader {
@@ -83,7 +84,9 @@ class Tokenizer {
   void InsertPair(uint64_t key, uint32_t merged);  // key = left << kRankBits | right
   void BuildPairs();                               // Note [Building the tables]
   // (key, merged) for every split of tokens first..end-1 into two tokens, in that order.
-  std::vector<std::pair<uint64_t, uint32_t>> PairsOf(uint32_t first, uint32_t end) const;
+  using PairList =
+      std::vector<std::pair<uint64_t, uint32_t>, HugePageAllocator<std::pair<uint64_t, uint32_t>>>;
+  PairList PairsOf(uint32_t first, uint32_t end) const;
   // Lookups in flight at once while the tables are built.
   static constexpr uint32_t kTableBatch = 256;
   struct PieceCache;                // Note [Piece cache]
@@ -102,9 +105,10 @@ class Tokenizer {
   static constexpr uint64_t kEmptyPair = UINT64_MAX;
   std::string bytes_;              // every token's bytes, id after id
   std::vector<uint32_t> offsets_;  // token id -> start in bytes_; kVocabSize + 1 entries
-  std::vector<Slot> table_;        // power-of-two size, linear probing
+  std::vector<Slot, HugePageAllocator<Slot>> table_;  // power-of-two size, linear probing
   uint32_t table_mask_ = 0;
-  std::vector<uint64_t> pairs_;  // open addressing (linear probing), Fibonacci hashing
+  std::vector<uint64_t, HugePageAllocator<uint64_t>>
+      pairs_;  // open addressing (linear probing), Fibonacci hashing
   int pair_shift_ = 64;
   uint32_t byte_rank_[256] = {};
   size_t max_token_len_ = 0;
