@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "common/allocators.h"
 #include "dataloader/reader.h"
 #include "dataloader/token_store.h"
 
@@ -151,6 +153,15 @@ StatusOr<std::string> HashFile(const Input& input) {
 // records. Batches are small, so every encoder keeps busy up to the last one; chunks, with
 // their text and id buffers, are reused, so a long ingest allocates (and page-faults) nothing
 // after its first chunks.
+//
+// Note [Ingest memory]: a page's first touch is costly on some virtual machines (about 10 us
+// per 4 KB page where the host shadows the guest's page tables; docs/PERF.md, "Page faults"),
+// and a short ingest touches all of its buffers for the first time: five chunks of text and
+// of ids, about 10 MB, were 2,500 faults (25 ms of a 0.3 s, 25 MB ingest). So a chunk's text
+// and its ids live in huge pages (common/allocators.h): each encoder encodes a batch
+// into its own reused buffer and copies the ids into the next free range of the chunk's
+// id_store, which has room for one id per two bytes of text; a batch that finds no room (text
+// of mostly multi-token characters) keeps its ids in a vector of its own.
 constexpr size_t kBatchBytes = 64 << 10;
 constexpr size_t kChunksInFlight = 4;
 
@@ -161,19 +172,23 @@ struct Chunk {
     int64_t json_line = 0;       // > 0: a JSONL line (this number) holding one document
   };
   struct Batch {
-    size_t first = 0, end = 0;  // pieces
-    std::vector<uint32_t> ids;  // reused
+    size_t first = 0, end = 0;       // pieces
+    std::span<const uint32_t> ids;   // in id_store, or in overflow
+    std::vector<uint32_t> overflow;  // the ids when id_store had no room left for them
     int64_t replaced = 0;
     Status error;
   };
   // text[0, size) holds the chunk's bytes (and any bytes past it, the start of the next);
   // once read, at least simdjson::SIMDJSON_PADDING initialized bytes follow them, so a JSONL
   // line parses in place (simdjson reads past a document's end, whatever the bytes there).
-  std::vector<char, UninitializedAllocator<char>> text;
+  std::vector<char, UninitializedHugePageAllocator<char>> text;
   size_t size = 0;
   std::vector<Piece> pieces;
   std::vector<Batch> batches;  // the first num_batches are this round's
   size_t num_batches = 0;
+  // The batches' ids: each encoded batch claims the next ids_used range (Note [Ingest memory]).
+  std::vector<uint32_t, UninitializedHugePageAllocator<uint32_t>> id_store;
+  std::atomic<size_t> ids_used{0};
   int64_t documents = 0;
   const std::string* source = nullptr;  // for errors
   size_t pending = 0;                   // batches not yet encoded; guarded by the pool's mutex
@@ -208,6 +223,11 @@ struct Chunk {
   }
   // Groups the pieces into batches of about kBatchBytes.
   void MakeBatches() {
+    // Room for one id per two bytes (ordinary text has about four per token), in whole pages.
+    const size_t page_ids = kHugePageBytes / sizeof(uint32_t);
+    const size_t room = (size / 2 + page_ids - 1) / page_ids * page_ids;
+    if (id_store.size() < room) id_store = decltype(id_store)(room);
+    ids_used = 0;
     num_batches = 0;
     size_t bytes = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -226,10 +246,12 @@ struct Chunk {
 
 // Tokenizes one batch: its ids in order, <|endoftext|> after each document. JSONL lines are
 // parsed here, so that parsing runs in parallel too; INVALID_ARGUMENT names source:line.
+// The ids go to `scratch` (the thread's, reused), then to the chunk's id_store.
 void EncodeBatch(const Tokenizer& tok, const IngestOptions& options, simdjson::dom::parser& parser,
-                 const Chunk& chunk, Chunk::Batch& batch) {
+                 Chunk& chunk, Chunk::Batch& batch, std::vector<uint32_t>& scratch) {
   Tokenizer::EncodeStats stats;
-  batch.ids.clear();
+  scratch.clear();
+  batch.ids = {};
   batch.error = OkStatus();
   for (size_t i = batch.first; i < batch.end; ++i) {
     const Chunk::Piece& piece = chunk.pieces[i];
@@ -250,13 +272,22 @@ void EncodeBatch(const Tokenizer& tok, const IngestOptions& options, simdjson::d
       if (object[options.text_field].get_string().get(field)) {
         return fail("no string field \"" + options.text_field + "\"");
       }
-      tok.Encode(field, options.allow_special, &batch.ids, &stats);
+      tok.Encode(field, options.allow_special, &scratch, &stats);
     } else {
-      tok.Encode(text, options.allow_special, &batch.ids, &stats);
+      tok.Encode(text, options.allow_special, &scratch, &stats);
     }
-    if (piece.ends_document) batch.ids.push_back(Tokenizer::kEndOfText);
+    if (piece.ends_document) scratch.push_back(Tokenizer::kEndOfText);
   }
   batch.replaced = stats.replaced;
+  const size_t n = scratch.size();
+  if (const size_t at = chunk.ids_used.fetch_add(n); at + n <= chunk.id_store.size()) {
+    std::copy(scratch.begin(), scratch.end(),
+              chunk.id_store.begin() + static_cast<std::ptrdiff_t>(at));
+    batch.ids = std::span<const uint32_t>(chunk.id_store.data() + at, n);
+  } else {
+    batch.overflow.assign(scratch.begin(), scratch.end());
+    batch.ids = batch.overflow;
+  }
 }
 
 // `threads` encoder threads taking batches from one queue, oldest chunk first.
@@ -292,6 +323,7 @@ class EncoderPool {
  private:
   void Loop() {
     simdjson::dom::parser parser;  // one per thread: parsers are not thread-safe
+    std::vector<uint32_t> scratch;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -299,7 +331,7 @@ class EncoderPool {
       const auto [chunk, b] = queue_.front();
       queue_.pop_front();
       lock.unlock();
-      EncodeBatch(tok_, options_, parser, *chunk, chunk->batches[b]);
+      EncodeBatch(tok_, options_, parser, *chunk, chunk->batches[b], scratch);
       lock.lock();
       if (--chunk->pending == 0) done_.notify_all();
     }
@@ -469,7 +501,9 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
 
   IngestResult result;
   const int64_t record = options.seq_len + 1;
-  std::vector<uint32_t> staged;  // full records packed before the store opened
+  // Full records packed before the store opened (in huge pages: Note [Ingest memory]).
+  std::vector<uint32_t, HugePageAllocator<uint32_t>> staged;
+  if (!writer) staged.reserve(kHugePageBytes / sizeof(uint32_t));
   auto get_writer = [&]() -> StatusOr<TokenStoreWriter*> {
     if (writer) return writer.get();
     FB_ASSIGN_OR_RETURN(writer, opening.get());
@@ -480,7 +514,7 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
                               "run it again");
     }
     FB_RETURN_IF_ERROR(writer->Append(staged));
-    staged = std::vector<uint32_t>();
+    staged = decltype(staged)();
     return writer.get();
   };
   auto append = [&](std::span<const uint32_t> records) -> Status {
