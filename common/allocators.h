@@ -4,9 +4,9 @@
 // 2 MB and marked MADV_HUGEPAGE, so that where transparent huge pages are enabled in `madvise`
 // mode (Debian's default) the kernel backs it with 2 MB pages: one page fault per 2 MB instead
 // of 512, and one TLB entry for lookups spread over 2 MB. On a virtual machine whose host
-// shadows the guest's page tables a 4 KB page's first touch costs 3 to 10 us (docs/PERF.md,
-// "Page faults"): a fresh 4 MB table then costs 10 ms or more to touch in small pages and
-// about 0.2 ms in huge ones. Smaller blocks come from the global operator new. Where huge
+// shadows the guest's page tables a 4 KB page's first touch costs 3 to 14 us (docs/PERF.md,
+// "Page faults"): a fresh 4 MB table then costs 3 to 14 ms to touch in small pages and
+// about 0.25 ms in huge ones. Smaller blocks come from the global operator new. Where huge
 // pages are unavailable the advice is ignored and the block is ordinary memory.
 //
 // DefaultInit<A>: allocator A with resize() leaving new elements default-initialized (for

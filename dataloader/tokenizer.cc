@@ -330,7 +330,7 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
                          "FULLBAND_TOKENIZER_RANKS)");
   }
   // Read whole into huge pages: the file is 1.6 MB, and its 4 KB pages' first touches cost
-  // more than the parsing on some virtual machines (Note [Ingest memory] in ingest.cc).
+  // more than the parsing on some virtual machines (common/allocators.h).
   std::vector<char, UninitializedHugePageAllocator<char>> file;
   while (in) {
     const size_t have = file.size();

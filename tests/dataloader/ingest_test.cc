@@ -140,6 +140,25 @@ TEST_F(IngestTest, ThreadsAndChunking_DoNotChangeTheStore) {
   EXPECT_EQ(Stream(many.out), expect);
 }
 
+TEST_F(IngestTest, ManyIdsPerByte_OverflowTheChunkIdStore_StreamUnchanged) {
+  // One 2.8 MB chunk (no line break to cut at) of emoji and lone continuation bytes (each one
+  // U+FFFD) has 0.64 ids per byte; the chunk's id_store has room for 3 * 2^19 ids, fewer
+  // (Note [Ingest memory]), so the batch keeps its ids in a vector of its own.
+  std::string text;
+  for (int i = 0; i < 600000; ++i) {
+    text += (i % 3 == 0) ? "\xF0\x9F\xA6\x9C " : (i % 3 == 1) ? "\x80 \xBF " : "\xF0\x9F\xAB\x8E!";
+  }
+  std::vector<uint32_t> expect;
+  AppendDoc(text, &expect);
+  ASSERT_LT(text.size() / 2, size_t{3} << 19);
+  ASSERT_GT(expect.size(), size_t{3} << 19);
+  IngestOptions o = Options({Write("emoji.txt", text)}, "store");
+  o.seq_len = 2047;
+  StatusOr<IngestResult> r = Ingest(Phi4(), o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Stream(o.out), expect);
+}
+
 TEST_F(IngestTest, SameInputsAgain_AddNothing_NewInputsContinueTheTail) {
   const std::string a = Write("a.txt", "alpha beta gamma delta epsilon zeta eta theta");
   const std::string b = Write("b.txt", "iota kappa lambda mu nu xi omicron pi rho");
