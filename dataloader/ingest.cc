@@ -158,10 +158,11 @@ StatusOr<std::string> HashFile(const Input& input) {
 // per 4 KB page where the host shadows the guest's page tables; docs/PERF.md, "Page faults"),
 // and a short ingest touches all of its buffers for the first time: five chunks of text and
 // of ids, about 10 MB, were 2,500 faults (25 ms of a 0.3 s, 25 MB ingest). So a chunk's text
-// and its ids live in huge pages (common/allocators.h): each encoder encodes a batch
-// into its own reused buffer and copies the ids into the next free range of the chunk's
-// id_store, which has room for one id per two bytes of text in whole huge pages; a batch that finds
-// no room (text of mostly multi-token characters) keeps its ids in a vector of its own.
+// and its ids live in huge pages (common/allocators.h), allocated once per chunk and reused:
+// each encoder encodes a batch into its own reused buffer and copies the ids into the next
+// free range of the chunk's id_store, which has room for one id per two bytes of the text
+// buffer, in whole huge pages; a batch that finds no room (text of mostly multi-token
+// characters) keeps its ids in a vector of its own.
 constexpr size_t kBatchBytes = 64 << 10;
 constexpr size_t kChunksInFlight = 4;
 
