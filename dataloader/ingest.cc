@@ -205,8 +205,9 @@ struct Chunk {
   // instead of vector's small steps that each touch fresh pages (Note [Ingest memory]).
   void Fit(size_t n) {
     if (text.size() >= n) return;
-    if (text.capacity() < n)
+    if (text.capacity() < n) {
       text.reserve((n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
+    }
     text.resize(n);
   }
   std::string_view view(const Piece& p) const { return {text.data() + p.offset, p.size}; }

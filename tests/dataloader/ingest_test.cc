@@ -146,11 +146,10 @@ TEST_F(IngestTest, ManyIdsPerByte_OverflowTheChunkIdStore_StreamUnchanged) {
   // its buffer, which holds the text and the next 1 MB read in whole 2 MB pages (Note [Ingest
   // memory]); these ids do not fit, so the batch keeps them in a vector of its own.
   std::string text;
-  for (int i = 0; i < 1400000; ++i)
-    text += (i % 2 == 0) ? "\x80"
-                           "a"
-                         : "\x80"
-                           "z";
+  for (int i = 0; i < 1400000; ++i) {
+    text += '\x80';
+    text += (i % 2 == 0) ? 'a' : 'z';
+  }
   std::vector<uint32_t> expect;
   AppendDoc(text, &expect);
   const size_t page = size_t{2} << 20;
