@@ -311,7 +311,7 @@ class FieldReader {
     out = std::move(sources);
     return OkStatus();
   }
-  // command: [fullband, train]
+  // command: [fullband, worker]
   Status Read(const YAML::Node& node, const std::string& path, std::vector<std::string>& out) {
     if (!node.IsSequence()) return Error(node, path, "a list of strings");
     std::vector<std::string> items;
@@ -600,6 +600,13 @@ Status Config::Validate() const {
   FB_RETURN_IF_ERROR(divides("n_heads", model.n_heads));
   FB_RETURN_IF_ERROR(divides("n_kv_heads", model.n_kv_heads));
   FB_RETURN_IF_ERROR(divides("vocab_size", model.vocab_size));
+  FB_RETURN_IF_ERROR(divides("ffn_dim", model.ffn_dim));
+  // The data-parallel split: each of the dp groups trains on batch_size / dp sequences.
+  if (data.batch_size % parallel.dp != 0) {
+    return SectionField("data", "batch_size",
+                        std::to_string(data.batch_size) + " is not divisible by parallel.dp = " +
+                            std::to_string(parallel.dp));
+  }
   if (launcher.processes != 0 && launcher.processes != parallel.tp * parallel.dp) {
     return SectionField(
         "launcher", "processes",

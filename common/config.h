@@ -164,7 +164,7 @@ struct CheckpointConfig {
 };
 
 // The compute budget of a coordinated job. The job completes when the next step would overrun
-// it; the schedule's phases are fractions of it (coordinator/schedule_plan.h).
+// it; the schedule's phases are fractions of it (common/step_plan.h).
 struct BudgetConfig {
   BudgetKind kind = BudgetKind::kTokens;
   double amount = 0;  // in `kind` units; 0 = schedule.steps × data.batch_size × data.seq_len tokens
@@ -177,7 +177,7 @@ struct BudgetConfig {
 struct LauncherConfig {
   LauncherKind kind = LauncherKind::kLocal;
   int64_t processes = 0;  // MPI ranks; 0 = parallel.tp × parallel.dp
-  std::vector<std::string> command = {"fullband", "train"};  // worker argv (without mpirun)
+  std::vector<std::string> command = {"fullband", "worker"};  // worker argv (without mpirun)
   std::vector<std::string> extra_args;                       // appended to `command`
   int64_t max_restarts = 3;                                  // relaunches before the job is FAILED
   double backoff_seconds = 10;       // wait before the first relaunch; doubles per restart

@@ -6,11 +6,6 @@
 
 namespace fullband {
 
-int64_t PassesForStep(const ScheduleConfig& schedule, int64_t step) {
-  return PassesAtFraction(schedule, static_cast<double>(step) / static_cast<double>(schedule.steps),
-                          step);
-}
-
 int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step) {
   const SchedulePhase* phase = &schedule.phases.back();
   for (const SchedulePhase& p : schedule.phases) {

@@ -1,7 +1,7 @@
 // The pass schedule and the compute accounting shared by the trainer and the coordinator.
 //
-// PassesForStep draws the pass count of a step from the phase that holds the step's budget
-// fraction, with a generator seeded by (schedule seed, step) alone: the same step always gets
+// PassesAtFraction draws the pass count of a step from the phase that holds the step's budget
+// fraction (common/step_plan.h says where each step sits), with a generator seeded by (schedule seed, step) alone: the same step always gets
 // the same pass count, whichever process asks and however often (restarts, re-leases).
 // ModelFlopsPerToken counts DESIGN §1's model FLOPs: 6·N per token per pass, plus attention.
 #pragma once
@@ -12,14 +12,10 @@
 
 namespace fullband {
 
-// Pass count of step `step` (0-based) in a budget of `schedule.steps` steps: the draw of
-// PassesAtFraction at the budget fraction step / schedule.steps.
-int64_t PassesForStep(const ScheduleConfig& schedule, int64_t step);
-
 // Pass count of step `step` whose budget fraction is `fraction` (in [0, 1]): the phase is the
 // first whose `until` exceeds `fraction` (the last phase at or past 1), the draw comes from a
-// generator seeded by (schedule.seed, step) alone. The coordinator maps steps to fractions of
-// a token, token-equivalent or FLOP budget (coordinator/schedule_plan.h).
+// generator seeded by (schedule.seed, step) alone. StepPlan maps steps to fractions of a
+// token, token-equivalent or FLOP budget (common/step_plan.h).
 int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step);
 
 // Number of parameters of the model (DESIGN Appendix A's weight table; tied embedding counted

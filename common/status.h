@@ -71,6 +71,7 @@ Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
+Status DeadlineExceededError(std::string message);
 Status DataLossError(std::string message);
 Status ResourceExhaustedError(std::string message);
 

@@ -20,7 +20,7 @@ struct Coordinator::Job {
   std::string id;
   JobSpec spec;
   double created = 0;
-  SchedulePlan plan;
+  StepPlan plan;
   proto::StoredJobState state_record;  // scratch for encoding
   JobState state = JobState::kPending;
   std::string reason;
@@ -152,7 +152,7 @@ Status Coordinator::Load() {
     StatusOr<Config> config = fullband::FromProto(stored.spec().config());
     if (!config.ok()) return DataLossError("job " + id + ": " + config.status().message());
     job->spec.config = std::move(*config);
-    StatusOr<SchedulePlan> plan = SchedulePlan::Create(job->spec.config);
+    StatusOr<StepPlan> plan = StepPlan::Create(job->spec.config);
     if (!plan.ok()) return DataLossError("job " + id + ": " + plan.status().message());
     job->plan = std::move(*plan);
     job->created = stored.created_unix();
@@ -281,7 +281,7 @@ StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec) {
         "launcher.kind: " + std::string(LauncherKindName(spec.config.launcher.kind)) +
         " is not available on this coordinator");
   }
-  FB_ASSIGN_OR_RETURN(SchedulePlan plan, SchedulePlan::Create(spec.config));
+  FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(spec.config));
   const double now = clock_->NowSeconds();
   std::lock_guard<std::mutex> lock(mu_);
   char id[32];

@@ -26,7 +26,7 @@
 #include "common/status.h"
 #include "coordinator/clock.h"
 #include "coordinator/launcher.h"
-#include "coordinator/schedule_plan.h"
+#include "common/step_plan.h"
 #include "coordinator/store.h"
 
 namespace fullband::coordinator {
@@ -145,7 +145,7 @@ class Coordinator {
   // ---- JobService
 
   // Stores a PENDING job and returns its id ("job-000001", ...). INVALID_ARGUMENT: the config
-  // does not validate, its budget does not plan (SchedulePlan::Create), or its launcher kind
+  // does not validate, its budget does not plan (StepPlan::Create), or its launcher kind
   // is not available here.
   StatusOr<std::string> SubmitJob(JobSpec spec);
   // NOT_FOUND.

@@ -148,15 +148,14 @@ void Sampler::NextBatch(int rank, int dp, int64_t batch, SamplerCursor* cursor,
   FB_CHECK(dp >= 1 && rank >= 0 && rank < dp) << "rank " << rank << " of " << dp;
   out->clear();
   out->reserve(static_cast<size_t>(batch));
-  // The other ranks' draws only advance the cursor: which source each goes to is all that
-  // this rank needs of them.
-  for (int64_t i = 0; i < batch; ++i) {
-    for (int r = 0; r < dp; ++r) {
-      if (r == rank) {
-        out->push_back(Next(cursor));
-      } else {
-        Advance(cursor);
-      }
+  // Rank r's draws are the contiguous slice [r·batch, (r + 1)·batch) of the next batch × dp:
+  // the same rows, in the same order, as one rank reading the whole global batch. The other
+  // ranks' draws only advance the cursor: which source each goes to is all this rank needs.
+  for (int64_t i = 0; i < batch * dp; ++i) {
+    if (i / batch == rank) {
+      out->push_back(Next(cursor));
+    } else {
+      Advance(cursor);
     }
   }
 }

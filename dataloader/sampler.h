@@ -71,8 +71,9 @@ class Sampler {
 
   // The draw at the cursor; advances the cursor by one.
   Draw Next(SamplerCursor* cursor) const;
-  // The `batch` draws of DP rank `rank` of `dp` among the next batch × dp global draws, in
-  // order; advances the cursor past all batch × dp of them.
+  // The `batch` draws of DP rank `rank` of `dp`: the contiguous slice [rank·batch,
+  // (rank + 1)·batch) of the next batch × dp global draws, in order; advances the cursor past
+  // all batch × dp of them.
   void NextBatch(int rank, int dp, int64_t batch, SamplerCursor* cursor,
                  std::vector<Draw>* out) const;
 

@@ -40,6 +40,12 @@ void PlainMask(const int32_t* inputs, int64_t t, int64_t eod_id, bool mixin, Rng
   }
 }
 
+Rng StepDrawRng(uint64_t seed, int pass, int64_t row, int kind) {
+  return Rng(seed ^ (static_cast<uint64_t>(pass) * 0x9E3779B97F4A7C15ull) ^
+             (static_cast<uint64_t>(row) * 0xD1B54A32D192ED03ull) ^
+             (static_cast<uint64_t>(kind) * 0xBF58476D1CE4E5B9ull));
+}
+
 namespace {
 
 // Carves tensors out of one block of the activation arena by a bump offset, or (with a null
@@ -479,18 +485,23 @@ void AttentionHalfBackward(Backend& be, const ModelConfig& cfg, const Dims& d, c
   be.ResidualForward(s.dx, s.dxn, 1.0f);  // the gradient at x_in
 }
 
-// h += ξ, ξ ~ U(-jitter, jitter) drawn in order on the host and uploaded into `staging` a
-// bounded piece at a time (a whole (N, D) host buffer would add to the peak memory).
-void AddJitter(Backend& be, Tensor h, Tensor staging, double jitter, Rng& rng) {
+// h (rows of T·D) += ξ, ξ ~ U(-jitter, jitter): row r's drawn in order from its own generator
+// (Note [Step draws]) on the host and uploaded into `staging` a bounded piece at a time (a
+// whole (N, D) host buffer would add to the peak memory).
+void AddJitter(Backend& be, Tensor h, Tensor staging, int64_t rows, double jitter,
+               const StepOptions& options, int pass) {
   constexpr int64_t kPiece = 1 << 14;
-  const int64_t total = h.numel();
-  std::vector<float> host(std::min(kPiece, total));
-  for (int64_t start = 0; start < total; start += kPiece) {
-    const int64_t len = std::min(kPiece, total - start);
-    for (int64_t i = 0; i < len; ++i) {
-      host[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * jitter);
+  const int64_t row_len = h.numel() / rows;
+  std::vector<float> host(std::min(kPiece, row_len));
+  for (int64_t r = 0; r < rows; ++r) {
+    Rng rng = StepDrawRng(options.seed, pass, options.row_offset + r, /*kind=*/0);
+    for (int64_t start = 0; start < row_len; start += kPiece) {
+      const int64_t len = std::min(kPiece, row_len - start);
+      for (int64_t i = 0; i < len; ++i) {
+        host[i] = static_cast<float>((2.0 * rng.Uniform() - 1.0) * jitter);
+      }
+      be.CopyFromHost(staging.f32() + r * row_len + start, host.data(), len * sizeof(float));
     }
-    be.CopyFromHost(staging.f32() + start, host.data(), len * sizeof(float));
   }
   be.ResidualForward(h, staging, 1.0f);
 }
@@ -505,6 +516,9 @@ struct Model::Impl {
   Tensor embed, final_norm, norm_g, w_g, w_u, norm_in;
   Tensor d_embed, d_final_norm, d_norm_g, d_w_g, d_w_u, d_norm_in;
   std::vector<LayerParams> layer_p, layer_g;
+  // Ranges [begin, end) of the arenas, in floats: each layer's parameters, the final norm's.
+  std::vector<std::pair<int64_t, int64_t>> layer_range;
+  std::pair<int64_t, int64_t> final_norm_range;
   std::vector<PassActs> passes;
   LayerActs shared;  // recomputation scratch: selective, the FFN; full, one whole layer
   Scratch s;
@@ -598,7 +612,16 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   im.d_w_g = global("feedback.w_g.weight", true);
   im.d_w_u = global("feedback.w_u.weight", true);
   im.d_norm_in = global("feedback.norm_in.weight", true);
+  const auto range = [&](const std::string& first, const std::string& last) {
+    const ParamSpec* a = model->table_.Find(first);
+    const ParamSpec* b = model->table_.Find(last);
+    FB_CHECK(a != nullptr && b != nullptr) << first << " .. " << last;
+    return std::make_pair(a->offset, b->offset + b->numel);
+  };
+  im.final_norm_range = range("final_norm.weight", "final_norm.weight");
   for (int64_t l = 0; l < config.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    im.layer_range.push_back(range(p + "attn_norm.weight", p + "ffn.w2.weight"));
     im.layer_p.push_back(
         ViewLayer(model->table_, config, model->params_all_.f32(), backend->device(), l));
     im.layer_g.push_back(
@@ -757,7 +780,8 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
 
   StepResult result;
   result.counted = counted;
-  Rng rng(options.seed);
+  if (options.loss_count < 0) return InvalidArgumentError("loss_count must be >= 0");
+  const int64_t denominator = options.loss_count > 0 ? options.loss_count : counted;
   const auto pass_weight = [&](int k) {  // k is 1-based
     if (k == 1 || cfg.feedback_loss == FeedbackLoss::kSum) return 1.0;
     return 1.0 / (k_passes - 1);
@@ -789,10 +813,11 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     if (k >= 2) {
       // ĥ = h[k-1] + ξ in s.h (post-norm: the readout left h[k-1] there).
       if (pre_norm) CopyTensor(be, s.h, im.passes[k - 2].x[d.l]);
-      if (options.jitter > 0) AddJitter(be, s.h, s.branch, options.jitter, rng);
+      if (options.jitter > 0) AddJitter(be, s.h, s.branch, batch, options.jitter, options, k);
       be.ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), s.h.Reshape({d.b, d.t, d.d}));
       std::vector<uint8_t> plain(n);
       for (int64_t bi = 0; bi < batch; ++bi) {
+        Rng rng = StepDrawRng(options.seed, k, options.row_offset + bi, /*kind=*/1);
         PlainMask(inputs.data() + bi * seq, seq, cfg.eod_id, options.prefix_mixin, rng,
                   plain.data() + bi * seq);
       }
@@ -809,14 +834,14 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
     // The readout's backward is fused into its forward (ops/readout_loss.h): dh gets the
     // gradient of w_k·ℓ_k at h, dE its share.
     const double w = pass_weight(k);
-    const float ce_scale = counted ? static_cast<float>(w / counted) : 0.0f;
-    const float z_scale = counted ? static_cast<float>(w * cfg.z_loss / counted) : 0.0f;
+    const float ce_scale = denominator ? static_cast<float>(w / denominator) : 0.0f;
+    const float z_scale = denominator ? static_cast<float>(w * cfg.z_loss / denominator) : 0.0f;
     const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
         be, s.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
         {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
         options.backward ? im.d_embed : Tensor());
-    const double ce = counted ? sums.ce_sum / counted : 0.0;
-    const double z = counted ? sums.z_sum / counted : 0.0;
+    const double ce = denominator ? sums.ce_sum / denominator : 0.0;
+    const double z = denominator ? sums.z_sum / denominator : 0.0;
     result.pass_ce.push_back(ce);
     result.pass_loss.push_back(ce + cfg.z_loss * z);
     result.total += w * result.pass_loss.back();
@@ -846,6 +871,9 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
       if (top) {
         be.RmsNormBackward(s.dx, im.d_final_norm, p.dh, x[d.l], im.final_norm, p.rstd_f);
         if (pre_norm && k < k_passes) be.ResidualForward(s.dx, s.dxl, 1.0f);
+        if (k == 1 && options.grads_final) {
+          options.grads_final(im.final_norm_range.first, im.final_norm_range.second);
+        }
       }
       if (shape_.recompute == Recompute::kSelective) RecomputeFfn(be, im.layer_p[l], a);
       FfnHalfBackward(be, d, im.layer_p[l], im.layer_g[l], a, s);
@@ -853,6 +881,9 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
         AttentionHalfForward(be, cfg, d, im.layer_p[l], a, x[l], Tensor(), l, /*project=*/false);
       }
       AttentionHalfBackward(be, cfg, d, im.layer_p[l], im.layer_g[l], a, x[l], s, l);
+      if (k == 1 && options.grads_final) {
+        options.grads_final(im.layer_range[l].first, im.layer_range[l].second);
+      }
     }
     // s.dx is now the gradient at x[0], the normed input of this pass.
     if (k == 1) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,19 +37,34 @@ struct ModelShape {
   Recompute recompute = Recompute::kNone;
 };
 
+// Note [Step draws]: the jitter and the prefix-mixin draws of batch row r in pass k come from
+// generators seeded by (seed, k, row_offset + r) alone, so a row gets the same draws whichever
+// rank holds it: a data-parallel slice of a batch sees exactly the draws the whole batch would.
 struct StepOptions {
   int passes = 1;             // K >= 1
   double jitter = 0.0;        // ξ ~ U(-jitter, jitter) on h before feedback (0: none)
   bool prefix_mixin = false;  // per segment and pass, a random plain prefix
-  uint64_t seed = 0;          // draws of the jitter and the mixin
-  bool backward = true;       // false: losses only
+  uint64_t seed = 0;          // draws of the jitter and the mixin (Note [Step draws])
+  int64_t row_offset = 0;     // index of this batch's first row in the global batch
+  // The number of targets every mean is taken over; 0: this batch's own counted targets. A
+  // data-parallel rank passes the global batch's count, so that its losses and gradients are
+  // its share of the global ones and summing them over the ranks gives the global values.
+  int64_t loss_count = 0;
+  bool backward = true;  // false: losses only
+  // Called during backward with each range [begin, end) of the gradient arena (in floats)
+  // whose gradients are final for this step: every layer's, top layer first, then the final
+  // norm's. What it is never called for (the embedding, the feedback parameters) is final when
+  // Step returns. The ops that wrote the range have been issued on the backend (the CPU backend
+  // has run them). Used to start data-parallel reductions while backward goes on.
+  std::function<void(int64_t begin, int64_t end)> grads_final;
 };
 
+// Means are over StepOptions::loss_count targets (this batch's own count by default).
 struct StepResult {
   std::vector<double> pass_loss;  // ℓ_k = CE_k + z_loss · mean(lse²), k = 1..K
   std::vector<double> pass_ce;    // CE_k alone
   double total = 0.0;             // ℓ_1 + mean(ℓ_2..K) or the sum (feedback_loss)
-  int64_t counted = 0;            // targets != ignore_id
+  int64_t counted = 0;            // targets != ignore_id in this batch
   // plain[k-2] is the (B, T) plain mask of pass k >= 2 (nonzero: plain position).
   std::vector<std::vector<uint8_t>> plain;
 };
@@ -104,9 +120,13 @@ class Model {
   ops::Tensor params_all_, grads_all_;
 };
 
-// The plain mask of one pass for one row of T input tokens (DESIGN §1, Appendix A): segment
-// starts are plain; with `mixin`, the first p positions of each segment, p ~ U{1..len}.
+// The plain mask of one pass for one row of T input tokens (docs/MODEL.md): segment starts
+// are plain; with `mixin`, the first p positions of each segment, p ~ U{1..len}.
 void PlainMask(const int32_t* inputs, int64_t t, int64_t eod_id, bool mixin, Rng& rng,
                uint8_t* plain);
+
+// The generator of one kind of draw (0: jitter, 1: mixin) of global batch row `row` in pass
+// `pass` of a step seeded by `seed` (Note [Step draws]).
+Rng StepDrawRng(uint64_t seed, int pass, int64_t row, int kind);
 
 }  // namespace fullband::worker

@@ -6,12 +6,8 @@
 
 #include "common/logging.h"
 #include "common/schedule.h"
-#include "dataloader/reader.h"
-#include "dataloader/token_store.h"
+#include "common/step_plan.h"
 #include "ops/backend.h"
-#include "worker/model.h"
-#include "worker/optimizer.h"
-#include "worker/token_file.h"
 
 namespace fullband::worker {
 namespace {
@@ -20,78 +16,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Where a run's batches come from: the flat token file or the blended token stores.
-class BatchSource {
- public:
-  static StatusOr<std::unique_ptr<BatchSource>> Open(const Config& config) {
-    const DataConfig& d = config.data;
-    std::unique_ptr<BatchSource> src(new BatchSource);
-    src->batch_ = d.batch_size;
-    if (!d.path.empty()) {
-      FB_ASSIGN_OR_RETURN(TokenFile file,
-                          TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
-      src->file_ = std::make_unique<TokenFile>(std::move(file));
-      src->seed_ = static_cast<uint64_t>(d.seed);
-      src->description_ = std::to_string(src->file_->num_tokens()) + " tokens of " + d.path;
-      return src;
-    }
-    if (d.sources.empty()) {
-      return InvalidArgumentError(
-          "data: name the training data, either data.path (a token file) or data.sources "
-          "(token stores written by `fullband ingest`)");
-    }
-    std::vector<int64_t> sizes;
-    std::vector<double> weights;
-    std::vector<const dataloader::TokenStore*> stores;
-    int64_t sequences = 0;
-    for (const DataSource& s : d.sources) {
-      FB_ASSIGN_OR_RETURN(std::unique_ptr<dataloader::RocksDbTokenStore> store,
-                          dataloader::RocksDbTokenStore::Open(s.store));
-      if (store->num_sequences() == 0) {
-        return FailedPreconditionError(s.store + ": the store holds no full sequence yet");
-      }
-      sizes.push_back(store->num_sequences());
-      weights.push_back(s.weight);
-      sequences += store->num_sequences();
-      stores.push_back(store.get());
-      src->stores_.push_back(std::move(store));
-    }
-    FB_ASSIGN_OR_RETURN(dataloader::Sampler sampler,
-                        dataloader::Sampler::Create(sizes, weights, static_cast<uint64_t>(d.seed)));
-    dataloader::ReaderOptions ro;
-    ro.batch_size = d.batch_size;
-    ro.seq_len = d.seq_len;
-    ro.vocab_size = config.model.vocab_size;
-    ro.prefetch = d.prefetch;
-    const dataloader::SamplerCursor start = sampler.Start();
-    FB_ASSIGN_OR_RETURN(src->reader_,
-                        dataloader::BatchReader::Create(stores, std::move(sampler), start, ro));
-    src->description_ = std::to_string(sequences) + " sequences in " +
-                        std::to_string(d.sources.size()) + " token store(s)";
-    return src;
-  }
-
-  // The batch of `step` into tokens (B, T + 1). Steps are read in order from 0.
-  Status Read(int64_t step, int32_t* tokens) {
-    if (file_) {
-      file_->ReadBatch(seed_, step * batch_, batch_, tokens);
-      return OkStatus();
-    }
-    FB_ASSIGN_OR_RETURN(dataloader::Batch batch, reader_->Next());
-    std::copy(batch.tokens.begin(), batch.tokens.end(), tokens);
-    return OkStatus();
-  }
-  const std::string& description() const { return description_; }
-
- private:
-  BatchSource() = default;
-  int64_t batch_ = 0;
-  uint64_t seed_ = 0;
-  std::unique_ptr<TokenFile> file_;
-  std::vector<std::unique_ptr<dataloader::RocksDbTokenStore>> stores_;
-  std::unique_ptr<dataloader::BatchReader> reader_;  // reads stores_: declared after them
-  std::string description_;
-};
+// Bucket size of the data-parallel gradient all-reduce (Note [Gradient buckets]).
+constexpr int64_t kBucketBytes = int64_t{4} << 20;
 
 }  // namespace
 
@@ -117,93 +43,176 @@ double MeasurePeakGflops(ops::Backend& be) {
   return best;
 }
 
-StatusOr<TrainSummary> Train(const Config& config,
-                             const std::function<void(const StepRecord&)>& on_step) {
+StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank) {
+  if (parallel.tp * parallel.dp != world_size) {
+    return InvalidArgumentError("parallel: tp × dp = " + std::to_string(parallel.tp) + " × " +
+                                std::to_string(parallel.dp) + " does not match the " +
+                                std::to_string(world_size) + " rank(s) this run was started with");
+  }
+  if (parallel.tp != 1) {
+    return UnimplementedError("parallel.tp: " + std::to_string(parallel.tp) +
+                              " — tensor parallelism is not built yet; use parallel.tp: 1 "
+                              "(docs/PARALLEL.md)");
+  }
+  Layout l;
+  l.tp = static_cast<int>(parallel.tp);
+  l.dp = static_cast<int>(parallel.dp);
+  l.tp_rank = rank % l.tp;  // a TP group is consecutive ranks
+  l.dp_rank = rank / l.tp;
+  return l;
+}
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Backend* backend,
+                                                   Communicator* comm) {
   FB_RETURN_IF_ERROR(config.Validate());
-  const ModelConfig& m = config.model;
-  const int64_t b = config.data.batch_size, t = config.data.seq_len;
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data, BatchSource::Open(config));
-  ops::BackendOptions bo;
-  bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
-  bo.num_threads = static_cast<int>(config.runtime.threads);
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
+  std::unique_ptr<Trainer> t(new Trainer(config, backend, comm));
+  FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
+  if (t->layout_.dp > 1 && backend->device() != ops::Device::kCpu) {
+    return UnimplementedError(
+        "parallel.dp > 1 on " + std::string(ops::DeviceName(backend->device())) +
+        ": the MPI communicator reduces host memory only; the NCCL communicator is not built yet");
+  }
+  const int64_t rows = config.data.batch_size / t->layout_.dp;
   ModelShape shape;
-  shape.max_batch = b;
-  shape.max_seq = t;
+  shape.max_batch = rows;
+  shape.max_seq = config.data.seq_len;
   shape.max_passes = static_cast<int>(config.schedule.MaxPasses());
   shape.recompute = config.runtime.recompute;
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Create(m, shape, backend.get()));
+  FB_ASSIGN_OR_RETURN(t->model_, Model::Create(config.model, shape, backend));
   if (config.runtime.init_from.empty()) {
-    model->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
+    t->model_->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
   } else {
-    FB_RETURN_IF_ERROR(model->LoadParameters(config.runtime.init_from));
+    FB_RETURN_IF_ERROR(t->model_->LoadParameters(config.runtime.init_from));
   }
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> optimizer,
-                      AdamW::Create(config.optim, model->table(), backend.get()));
-
-  TrainSummary summary;
-  summary.peak_gflops =
+  FB_ASSIGN_OR_RETURN(t->optimizer_, AdamW::Create(config.optim, t->model_->table(), backend));
+  if (t->layout_.dp > 1) {
+    t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
+                                                    comm, kBucketBytes);
+  }
+  t->tokens_.resize(rows * (config.data.seq_len + 1));
+  t->peak_gflops_ =
       config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
-  const double flops_per_token = ModelFlopsPerToken(m, model->table().CountParameters(), t);
-  FB_LOG(INFO) << "training " << model->table().CountParameters() << " parameters on "
-               << backend->name() << ": " << data->description() << ", sequences of " << t + 1
-               << ", batch " << b << ", " << config.schedule.steps << " steps, up to "
-               << shape.max_passes << " passes, recompute " << RecomputeName(shape.recompute)
-               << ", activations " << model->activation_bytes() / (1 << 20) << " MiB, MFU peak "
-               << summary.peak_gflops << " GFLOP/s";
+  t->flops_per_token_ = ModelFlopsPerToken(config.model, t->model_->table().CountParameters(),
+                                           config.data.seq_len);
+  return t;
+}
 
-  std::vector<int32_t> tokens(b * (t + 1));
+Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches,
+                        int64_t total_steps, StepRecord& rec) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t rows = batches.rows(), t = config_.data.seq_len;
+  FB_RETURN_IF_ERROR(batches.Read(a, tokens_.data()));
+  // The global count of targets, which every mean of the step is taken over.
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 1; i <= t; ++i) counted += tokens_[r * (t + 1) + i] != config_.model.ignore_id;
+  }
+  FB_RETURN_IF_ERROR(comm_->AllReduce(&counted, 1, CommType::kI64, ReduceOp::kSum));
+
+  StepOptions options;
+  options.passes = static_cast<int>(a.passes);
+  options.jitter = config_.model.jitter;
+  options.prefix_mixin = config_.model.prefix_mixin;
+  options.seed = a.seed;
+  options.row_offset = layout_.dp_rank * rows;
+  options.loss_count = counted;
+  if (reducer_) {
+    reducer_->BeginStep();
+    options.grads_final = [this](int64_t begin, int64_t end) { reducer_->MarkFinal(begin, end); };
+  }
+  model_->ZeroGradients();
+  FB_ASSIGN_OR_RETURN(StepResult r, model_->Step(tokens_.data(), rows, t, options));
+  if (reducer_) {
+    FB_RETURN_IF_ERROR(reducer_->Finish(comm_->timeout()));
+    rec.comm_exposed_seconds = reducer_->exposed_seconds();
+  }
+  // Each rank's losses are its share of the global means: their sum over ranks is the mean.
+  std::vector<double> losses = r.pass_loss;
+  losses.push_back(r.total);
+  FB_RETURN_IF_ERROR(comm_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
+                                      CommType::kF64, ReduceOp::kSum));
+  const OptimizerStats os =
+      optimizer_->Step(model_->params(), model_->grads(), a.step, total_steps);
+  backend_->Synchronize();
+  rec.total_loss = losses.back();
+  losses.pop_back();
+  if (!std::isfinite(rec.total_loss)) {
+    return InternalError("loss became " + std::to_string(rec.total_loss) + " at step " +
+                         std::to_string(a.step));
+  }
+  rec.step = a.step;
+  rec.passes = a.passes;
+  rec.pass_loss = losses;
+  rec.grad_norm = os.grad_norm;
+  rec.lr = os.lr;
+  rec.step_seconds = Seconds(t0);
+  rec.tokens_per_s = static_cast<double>(a.tokens) / rec.step_seconds;
+  rec.model_flops = flops_per_token_ * static_cast<double>(a.tokens * a.passes);
+  rec.mfu = rec.model_flops / rec.step_seconds / (peak_gflops_ * 1e9 * comm_->size());
+  return steps.Done(a, rec.pass_loss, rec.step_seconds);
+}
+
+StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
+                                    const std::function<void(const StepRecord&)>& on_step) {
+  TrainSummary summary;
+  summary.peak_gflops = peak_gflops_;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < config.schedule.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t passes = PassesForStep(config.schedule, step);
-    FB_RETURN_IF_ERROR(data->Read(step, tokens.data()));
-    StepOptions options;
-    options.passes = static_cast<int>(passes);
-    options.jitter = m.jitter;
-    options.prefix_mixin = m.prefix_mixin;
-    options.seed = static_cast<uint64_t>(config.schedule.seed) * 0x9E3779B97F4A7C15ull +
-                   static_cast<uint64_t>(step);
-    model->ZeroGradients();
-    FB_ASSIGN_OR_RETURN(StepResult r, model->Step(tokens.data(), b, t, options));
-    const OptimizerStats os =
-        optimizer->Step(model->params(), model->grads(), step, config.schedule.steps);
-    backend->Synchronize();
-
+  while (true) {
+    FB_ASSIGN_OR_RETURN(std::optional<StepAssignment> a, steps.Next());
+    if (!a.has_value()) break;
     StepRecord rec;
-    rec.step = step;
-    rec.passes = passes;
-    rec.pass_loss = r.pass_loss;
-    rec.total_loss = r.total;
-    rec.grad_norm = os.grad_norm;
-    rec.lr = os.lr;
-    summary.tokens += b * t;
-    summary.token_equivalents += b * t * passes;
+    FB_RETURN_IF_ERROR(RunStep(*a, steps, batches, steps.total_steps(), rec));
+    summary.tokens += a->tokens;
+    summary.token_equivalents += a->tokens * a->passes;
     rec.tokens = summary.tokens;
     rec.token_equivalents = summary.token_equivalents;
-    rec.step_seconds = Seconds(t0);
-    rec.tokens_per_s = static_cast<double>(b * t) / rec.step_seconds;
-    rec.model_flops = flops_per_token * static_cast<double>(b * t * passes);
-    rec.mfu = rec.model_flops / rec.step_seconds / (summary.peak_gflops * 1e9);
-    if (!std::isfinite(r.total)) {
-      return InternalError("loss became " + std::to_string(r.total) + " at step " +
-                           std::to_string(step));
-    }
-    for (int64_t k = 0; k < passes; ++k) {
+    for (int64_t k = 0; k < a->passes; ++k) {
       if (static_cast<int64_t>(summary.first_pass_loss.size()) <= k) {
         summary.first_pass_loss.resize(k + 1, NAN);
         summary.last_pass_loss.resize(k + 1, NAN);
       }
-      if (std::isnan(summary.first_pass_loss[k])) summary.first_pass_loss[k] = r.pass_loss[k];
-      summary.last_pass_loss[k] = r.pass_loss[k];
+      if (std::isnan(summary.first_pass_loss[k])) summary.first_pass_loss[k] = rec.pass_loss[k];
+      summary.last_pass_loss[k] = rec.pass_loss[k];
     }
-    summary.steps = step + 1;
+    ++summary.steps;
     if (on_step) on_step(rec);
   }
+  summary.stop_reason = steps.stop_reason();
   summary.seconds = Seconds(start);
-  if (!config.runtime.save_to.empty()) {
-    FB_RETURN_IF_ERROR(model->SaveParameters(config.runtime.save_to));
+  return summary;
+}
+
+Status Trainer::SaveIfAsked() const {
+  if (config_.runtime.save_to.empty() || comm_->rank() != 0) return OkStatus();
+  return model_->SaveParameters(config_.runtime.save_to);
+}
+
+StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
+                                  const std::function<void(const StepRecord&)>& on_step) {
+  FB_RETURN_IF_ERROR(config.Validate());
+  FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
+  FB_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(config.parallel, comm->size(), comm->rank()));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
+                      BatchSource::Open(config, layout.dp_rank, layout.dp, 0));
+  ops::BackendOptions bo;
+  bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
+  bo.num_threads = static_cast<int>(config.runtime.threads);
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                      Trainer::Create(config, backend.get(), comm));
+  const Model& m = trainer->model();
+  if (comm->rank() == 0) {
+    FB_LOG(INFO) << "training " << m.table().CountParameters() << " parameters on "
+                 << backend->name() << " × " << comm->size() << " rank(s) (dp " << layout.dp
+                 << "): " << data->description() << ", sequences of " << config.data.seq_len + 1
+                 << ", global batch " << config.data.batch_size << ", " << plan.total_steps()
+                 << " steps, up to " << config.schedule.MaxPasses() << " passes, recompute "
+                 << RecomputeName(config.runtime.recompute) << ", activations "
+                 << m.activation_bytes() / (1 << 20) << " MiB";
   }
+  LocalStepSource steps(std::move(plan), 0);
+  FB_ASSIGN_OR_RETURN(TrainSummary summary, trainer->Run(steps, *data, on_step));
+  FB_RETURN_IF_ERROR(trainer->SaveIfAsked());
   return summary;
 }
 

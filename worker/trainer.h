@@ -1,55 +1,119 @@
-// Trainer: the single-process training loop — schedule → batch → K-pass step → clip → AdamW —
-// with per-step accounting of tokens, token-equivalents (tokens × passes), throughput and MFU.
+// Trainer: the training loop of one rank — step source → its slice of the batch → K-pass step
+// → data-parallel gradient reduction → clip → AdamW — with per-step accounting of tokens,
+// token-equivalents (tokens × passes), throughput and MFU. The same loop serves `fullband
+// train` (LocalStepSource, one rank or an mpirun group) and `fullband worker` (the
+// coordinator's steps); docs/PARALLEL.md describes the layouts.
 //
-// Each step draws its pass count from the schedule (common/schedule.h), its batch from the
-// token file at cursor step·B or from the blended token stores (dataloader/reader.h), and its
-// jitter/mixin draws from (schedule seed, step), so step s of a run is the same whatever ran before
-// it.
+// Every step is StepPlan's (common/step_plan.h): its pass count, its global batch (sequences
+// [s·B, (s + 1)·B) of the sampler's order, rank r of dp taking the contiguous slice of B/dp)
+// and its seed, which fixes the jitter and mixin draws of every row wherever it runs (Note
+// [Step draws] in worker/model.h). Losses are means over the global batch's targets.
+//
+// Threading: one thread per rank drives the trainer; all ranks of the communicator call Run
+// together.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/config.h"
 #include "common/status.h"
 #include "ops/backend.h"
+#include "worker/batch_source.h"
+#include "worker/communicator.h"
+#include "worker/data_parallel.h"
+#include "worker/model.h"
+#include "worker/optimizer.h"
+#include "worker/step_source.h"
 
 namespace fullband::worker {
 
 struct StepRecord {
   int64_t step = 0;  // 0-based
   int64_t passes = 1;
-  std::vector<double> pass_loss;
+  std::vector<double> pass_loss;  // global means
   double total_loss = 0;
   double grad_norm = 0;
   double lr = 0;
-  int64_t tokens = 0;             // cumulative input tokens
+  int64_t tokens = 0;             // cumulative input tokens of this run (global batch)
   int64_t token_equivalents = 0;  // cumulative tokens × passes
   double step_seconds = 0;
-  double tokens_per_s = 0;  // this step's tokens / its wall time
-  double model_flops = 0;   // this step's model FLOPs
-  double mfu = 0;           // model FLOPs / time / peak
+  double tokens_per_s = 0;  // this step's global tokens / its wall time
+  double model_flops = 0;   // this step's model FLOPs (global)
+  double mfu = 0;           // model FLOPs / time / (peak × ranks)
+  double comm_exposed_seconds = 0;  // gradient reduction not hidden behind backward
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;  // steps run by this run
   int64_t tokens = 0;
   int64_t token_equivalents = 0;
   double seconds = 0;
   double peak_gflops = 0;
   std::vector<double> first_pass_loss;  // per pass count k (index k-1): first logged loss
   std::vector<double> last_pass_loss;   // ... and the last
+  std::string stop_reason;              // the step source's: "" when the budget was spent
 };
 
 // The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
 double MeasurePeakGflops(ops::Backend& backend);
 
-// Runs config.schedule.steps steps (the config must be valid and name data.path or
-// data.sources).
-// `on_step` (optional) sees every step's record. Errors: those of the token file or stores
-// (a corrupt record is DATA_LOSS naming it), the weights file, and the backend.
-StatusOr<TrainSummary> Train(const Config& config,
+// The layout of the ranks of `world` for `config.parallel`: this rank's place in it.
+struct Layout {
+  int tp = 1, dp = 1;
+  int tp_rank = 0, dp_rank = 0;
+};
+// INVALID_ARGUMENT when the world size is not tp × dp; UNIMPLEMENTED for tp > 1 (tensor
+// parallelism is not built yet: docs/PARALLEL.md).
+StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank);
+
+class Trainer {
+ public:
+  // Builds the model and optimizer for `config` (validated) on `backend`, with `comm` the whole
+  // group (size tp × dp). Parameters are initialized (runtime.init_seed) or loaded
+  // (runtime.init_from) identically on every rank. `backend` and `comm` outlive the trainer.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const Config& config, ops::Backend* backend,
+                                                   Communicator* comm);
+
+  // Runs the steps of `steps` until it ends. `on_step` (optional) sees every step's record, on
+  // every rank. Errors: the batch source's (a corrupt record is DATA_LOSS naming it), the step
+  // source's, the communicator's (DEADLINE_EXCEEDED: a peer is gone), INTERNAL for a loss that
+  // is not finite.
+  StatusOr<TrainSummary> Run(StepSource& steps, BatchSource& batches,
                              const std::function<void(const StepRecord&)>& on_step);
+
+  // Writes the parameters to runtime.save_to when set (rank 0 only).
+  Status SaveIfAsked() const;
+
+  Model& model() { return *model_; }
+  const Layout& layout() const { return layout_; }
+  // Bytes of collective payloads per kind since creation (communicator.h).
+  const Communicator::Traffic& traffic() const { return comm_->traffic(); }
+
+ private:
+  Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
+      : config_(config), backend_(backend), comm_(comm) {}
+  // One step of this rank; fills everything of `rec` but the cumulative counts.
+  Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches,
+                 int64_t total_steps, StepRecord& rec);
+
+  Config config_;
+  ops::Backend* backend_;
+  Communicator* comm_;
+  Layout layout_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<GradientReducer> reducer_;  // with dp > 1
+  std::vector<int32_t> tokens_;
+  double peak_gflops_ = 0;
+  double flops_per_token_ = 0;
+};
+
+// `fullband train`: the run of `config` on this process's backend with the local step plan,
+// over `comm` (one rank, or an mpirun group laid out by config.parallel), from step 0.
+StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
+                                  const std::function<void(const StepRecord&)>& on_step);
 
 }  // namespace fullband::worker

@@ -134,9 +134,10 @@ TEST(Sampler, DataParallelShards_AreDisjointAndCoverTheEpoch) {
   EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), static_cast<size_t>(n));
 }
 
-// Rank r's batch holds draws r, r + dp, r + 2·dp, ... of the one stream, blended or not, and
-// every rank's cursor after the batch is the stream's.
-TEST(Sampler, DataParallelShards_AreTheStreamDealtByRank) {
+// Rank r's batch of a step holds the contiguous slice [r·batch, (r + 1)·batch) of the step's
+// batch × dp draws of the one stream, blended or not, and every rank's cursor after the batch
+// is the stream's.
+TEST(Sampler, DataParallelShards_AreContiguousSlicesOfTheGlobalBatch) {
   const int64_t batch = 5;
   const int dp = 3;
   StatusOr<Sampler> s = Sampler::Create({40, 70, 9}, {0.5, 0.3, 0.2}, 31);
@@ -151,7 +152,7 @@ TEST(Sampler, DataParallelShards_AreTheStreamDealtByRank) {
       s->NextBatch(rank, dp, batch, &c, &draws);
       ASSERT_EQ(draws.size(), static_cast<size_t>(batch));
       for (int64_t i = 0; i < batch; ++i) {
-        const Sampler::Draw& want = all[static_cast<size_t>((step * batch + i) * dp + rank)];
+        const Sampler::Draw& want = all[static_cast<size_t>((step * dp + rank) * batch + i)];
         EXPECT_EQ(draws[i].source, want.source);
         EXPECT_EQ(draws[i].index, want.index);
         EXPECT_EQ(draws[i].epoch, want.epoch);

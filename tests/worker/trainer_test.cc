@@ -15,6 +15,7 @@
 #include <set>
 
 #include "dataloader/token_store.h"
+#include "worker/in_process_communicator.h"
 #include "worker/optimizer.h"
 #include "worker/token_file.h"
 
@@ -96,6 +97,12 @@ std::string LicenseTokens(const std::string& name) {
     ids.push_back(256);  // EOD
   }
   return ids.size() > 100000 ? WriteTokens(ids, name) : "";
+}
+
+// `fullband train` alone: one rank.
+StatusOr<TrainSummary> Train(const Config& c, const std::function<void(const StepRecord&)>& f) {
+  std::vector<std::unique_ptr<Communicator>> one = InProcessCommunicator::CreateGroup(1);
+  return TrainLocal(c, one[0].get(), f);
 }
 
 Config SmallConfig() {

@@ -1,42 +1,56 @@
-// SchedulePlan: steps a budget allows, pass counts over the budget fraction, determinism.
-#include "coordinator/schedule_plan.h"
+// StepPlan: steps a budget allows, pass counts over the budget fraction, determinism.
+#include "common/step_plan.h"
 
 #include <gtest/gtest.h>
 
 #include "common/schedule.h"
-#include "tests/coordinator/fakes.h"
 
-namespace fullband::coordinator {
+namespace fullband {
 namespace {
 
-Config SmallConfig() { return SmallTestConfig(); }
+// A small model, B = 4, T = 32 (128 tokens a step), a budget of 20 steps.
+Config SmallConfig() {
+  Config c;
+  c.model.vocab_size = 512;
+  c.model.eod_id = 0;
+  c.model.d_model = 64;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.head_dim = 16;
+  c.model.ffn_dim = 128;
+  c.data.batch_size = 4;
+  c.data.seq_len = 32;
+  c.budget.amount = 128 * 20;
+  return c;
+}
 
-TEST(SchedulePlan, TokenBudget_AllowsWholeStepsOnly) {
+TEST(StepPlan, TokenBudget_AllowsWholeStepsOnly) {
   Config c = SmallConfig();
   c.budget.amount = 128 * 10 + 127;  // ten steps and a bit
-  StatusOr<SchedulePlan> plan = SchedulePlan::Create(c);
+  StatusOr<StepPlan> plan = StepPlan::Create(c);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->total_steps(), 10);
   c.budget.amount = 128 * 10;  // exactly ten
-  EXPECT_EQ(SchedulePlan::Create(c)->total_steps(), 10);
+  EXPECT_EQ(StepPlan::Create(c)->total_steps(), 10);
 }
 
-TEST(SchedulePlan, ZeroAmount_MeansScheduleStepsOfTokens) {
+TEST(StepPlan, ZeroAmount_MeansScheduleStepsOfTokens) {
   Config c = SmallConfig();
   c.budget.amount = 0;
   c.schedule.steps = 37;
-  EXPECT_EQ(SchedulePlan::Create(c)->total_steps(), 37);
+  EXPECT_EQ(StepPlan::Create(c)->total_steps(), 37);
   c.budget.kind = BudgetKind::kFlops;
-  StatusOr<SchedulePlan> plan = SchedulePlan::Create(c);
+  StatusOr<StepPlan> plan = StepPlan::Create(c);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(plan.status().message().find("budget.amount: required"), std::string::npos);
 }
 
-TEST(SchedulePlan, BudgetBelowOneStep_IsInvalid) {
+TEST(StepPlan, BudgetBelowOneStep_IsInvalid) {
   Config c = SmallConfig();
   c.budget.amount = 100;
-  StatusOr<SchedulePlan> plan = SchedulePlan::Create(c);
+  StatusOr<StepPlan> plan = StepPlan::Create(c);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("does not fit one step"), std::string::npos);
 }
@@ -44,44 +58,44 @@ TEST(SchedulePlan, BudgetBelowOneStep_IsInvalid) {
 // Token-equivalents at 1 pass then 3 passes from half the budget: the phase switches when half
 // the token-equivalents are spent, i.e. after 50 one-pass steps of a 100 × 128 × 2 budget
 // (100 × 128 one-pass, then (12800 - 6400) / 384 = 16 three-pass steps).
-TEST(SchedulePlan, TokenEquivalentBudget_PhasesFollowTheSpentFraction) {
+TEST(StepPlan, TokenEquivalentBudget_PhasesFollowTheSpentFraction) {
   Config c = SmallConfig();
   c.schedule.phases = {{0.5, {{1, 1.0}}}, {1.0, {{3, 1.0}}}};
   c.budget.kind = BudgetKind::kTokenEquivalents;
   c.budget.amount = 128.0 * 100;
-  StatusOr<SchedulePlan> plan = SchedulePlan::Create(c);
+  StatusOr<StepPlan> plan = StepPlan::Create(c);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->Passes(49), 1);
   EXPECT_EQ(plan->Passes(50), 3);
   EXPECT_EQ(plan->total_steps(), 50 + 16);  // 6400 + 16·384 = 12544 <= 12800 < 12928
 }
 
-TEST(SchedulePlan, FlopBudget_CountsModelFlopsPerPass) {
+TEST(StepPlan, FlopBudget_CountsModelFlopsPerPass) {
   Config c = SmallConfig();
   c.schedule.phases = {{1.0, {{2, 1.0}}}};
   const double per_token =
       ModelFlopsPerToken(c.model, ModelParameterCount(c.model), c.data.seq_len);
   c.budget.kind = BudgetKind::kFlops;
   c.budget.amount = 7.5 * 128 * 2 * per_token;
-  StatusOr<SchedulePlan> plan = SchedulePlan::Create(c);
+  StatusOr<StepPlan> plan = StepPlan::Create(c);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->total_steps(), 7);
   EXPECT_DOUBLE_EQ(plan->StepFlops(2), 128 * 2 * per_token);
 }
 
-TEST(SchedulePlan, Assign_IsAPureFunctionOfConfigAndStep) {
+TEST(StepPlan, Assign_IsAPureFunctionOfConfigAndStep) {
   Config c = SmallConfig();
   c.schedule.phases = {{1.0, {{1, 0.75}, {2, 0.22}, {3, 0.03}}}};
   c.schedule.seed = 5;
   c.data.seed = 9;
   c.budget.amount = 128 * 1000;
-  const SchedulePlan a = *SchedulePlan::Create(c);
-  const SchedulePlan b = *SchedulePlan::Create(c);
+  const StepPlan a = *StepPlan::Create(c);
+  const StepPlan b = *StepPlan::Create(c);
   int mixed = 0;
   for (int64_t step = 0; step < 1000; ++step) {
     ASSERT_EQ(a.Assign(step), b.Assign(step));
-    // Token budgets put step s at fraction s / steps: the trainer's own draw.
-    EXPECT_EQ(a.Passes(step), PassesForStep(ScheduleConfig{1000, 5, c.schedule.phases}, step));
+    // A token budget puts step s at fraction s / steps.
+    EXPECT_EQ(a.Passes(step), PassesAtFraction(c.schedule, step / 1000.0, step));
     mixed += a.Passes(step) > 1;
   }
   EXPECT_GT(mixed, 150);
@@ -94,4 +108,4 @@ TEST(SchedulePlan, Assign_IsAPureFunctionOfConfigAndStep) {
 }
 
 }  // namespace
-}  // namespace fullband::coordinator
+}  // namespace fullband

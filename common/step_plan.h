@@ -1,15 +1,17 @@
-// SchedulePlan: the deterministic step plan of one job — how many steps its budget allows and,
-// for every step, the pass count, sampler cursor, seed and cost. A pure function of the job's
-// Config, so a restarted coordinator or a re-lease computes exactly the same assignments.
+// StepPlan: the one definition of a training step — how many steps a budget allows and, for
+// every step, the pass count, sampler cursor, seed and cost. A pure function of the Config, so
+// a restarted coordinator, a re-lease and `fullband train` (which plans locally, without a
+// coordinator) compute exactly the same assignments.
 //
 // Note [Budget fraction]: step s sits at budget fraction f(s) = cost[0, s) / budget.amount,
 // where cost[0, s) is what steps 0..s-1 spend in the budget's unit (tokens; tokens × passes;
 // or tokens × passes × model FLOPs per token), each with its own drawn pass count. The pass
 // count of s is PassesAtFraction(schedule, f(s), s) (common/schedule.h). The plan holds the
 // steps s with cost[0, s + 1) <= amount: the first step that would overrun the budget ends it.
-// Step s reads sequences [s·B, (s + 1)·B) of the sampler's order (B = data.batch_size), as the
-// single-process trainer does; its seed is the first draw of an Rng (common/random.h) seeded by
-// (data.seed, s).
+// Step s reads sequences [s·B, (s + 1)·B) of the sampler's order (B = data.batch_size, the
+// global batch; data-parallel rank r of dp reads the contiguous slice [r·B/dp, (r+1)·B/dp) of
+// it); its seed, which seeds the step's jitter and prefix-mixin draws, is the first draw of an
+// Rng (common/random.h) seeded by (data.seed, s).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@
 #include "common/config.h"
 #include "common/status.h"
 
-namespace fullband::coordinator {
+namespace fullband {
 
 struct StepAssignment {
   int64_t step = 0;
@@ -30,14 +32,14 @@ struct StepAssignment {
   bool operator==(const StepAssignment&) const = default;
 };
 
-class SchedulePlan {
+class StepPlan {
  public:
   // Largest number of steps one job may plan (1 byte per step is kept).
   static constexpr int64_t kMaxSteps = 50'000'000;
 
   // INVALID_ARGUMENT: budget.amount is 0 for a kind other than tokens, the budget does not fit
   // one step, or it allows more than kMaxSteps steps.
-  static StatusOr<SchedulePlan> Create(const Config& config);
+  static StatusOr<StepPlan> Create(const Config& config);
 
   int64_t total_steps() const { return static_cast<int64_t>(passes_.size()); }
   BudgetKind kind() const { return kind_; }
@@ -63,4 +65,4 @@ class SchedulePlan {
   std::vector<uint8_t> passes_;  // per step
 };
 
-}  // namespace fullband::coordinator
+}  // namespace fullband

@@ -1,4 +1,4 @@
-#include "coordinator/schedule_plan.h"
+#include "common/step_plan.h"
 
 #include <string>
 
@@ -6,10 +6,10 @@
 #include "common/random.h"
 #include "common/schedule.h"
 
-namespace fullband::coordinator {
+namespace fullband {
 
-StatusOr<SchedulePlan> SchedulePlan::Create(const Config& config) {
-  SchedulePlan plan;
+StatusOr<StepPlan> StepPlan::Create(const Config& config) {
+  StepPlan plan;
   plan.kind_ = config.budget.kind;
   plan.batch_size_ = config.data.batch_size;
   plan.tokens_per_step_ = config.data.batch_size * config.data.seq_len;
@@ -45,12 +45,12 @@ StatusOr<SchedulePlan> SchedulePlan::Create(const Config& config) {
   return plan;
 }
 
-int64_t SchedulePlan::Passes(int64_t step) const {
+int64_t StepPlan::Passes(int64_t step) const {
   FB_CHECK(step >= 0 && step < total_steps()) << "step " << step << " outside the plan";
   return passes_[static_cast<size_t>(step)];
 }
 
-StepAssignment SchedulePlan::Assign(int64_t step) const {
+StepAssignment StepPlan::Assign(int64_t step) const {
   StepAssignment a;
   a.step = step;
   a.passes = Passes(step);
@@ -61,12 +61,12 @@ StepAssignment SchedulePlan::Assign(int64_t step) const {
   return a;
 }
 
-double SchedulePlan::StepFlops(int64_t passes) const {
+double StepPlan::StepFlops(int64_t passes) const {
   return static_cast<double>(tokens_per_step_) * static_cast<double>(passes) *
          flops_per_token_pass_;
 }
 
-double SchedulePlan::StepCost(int64_t passes) const {
+double StepPlan::StepCost(int64_t passes) const {
   switch (kind_) {
     case BudgetKind::kTokens:
       return static_cast<double>(tokens_per_step_);
@@ -78,4 +78,4 @@ double SchedulePlan::StepCost(int64_t passes) const {
   return 0;
 }
 
-}  // namespace fullband::coordinator
+}  // namespace fullband

@@ -1,0 +1,158 @@
+// `fullband worker`: one rank of a coordinated job's worker group, started by the coordinator's
+// launcher as `mpirun -np TP×DP fullband worker` (docs/PARALLEL.md, "The worker group").
+// Rank 0 registers with the coordinator (FULLBAND_COORDINATOR, FULLBAND_JOB_ID,
+// FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN, FULLBAND_TLS_CA), heartbeats, leases steps and
+// broadcasts the registration and every step to the group; every rank trains; rank 0 reports.
+// Exit codes: 0 when the budget is spent or the coordinator ended the job; 1 on an error, after
+// rank 0 has reported it (ReportFailure) where it could, with the whole group aborted so that
+// no rank is left waiting for a dead peer.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/step_log.h"
+#include "common/logging.h"
+#include "coordinator/client.h"
+#include "proto/config_convert.h"
+#include "worker/mpi_communicator.h"
+#include "worker/trainer.h"
+
+namespace fullband::cli {
+namespace {
+
+constexpr char kWorkerUsage[] =
+    "usage: fullband worker [--collective-timeout SECONDS] [--lease-timeout SECONDS] [--json]\n"
+    "  One rank of a job's worker group; the coordinator's launcher starts it under mpirun\n"
+    "  with FULLBAND_COORDINATOR, FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and\n"
+    "  FULLBAND_TLS_CA set. --collective-timeout (default 60): how long a rank waits for its\n"
+    "  peers in a collective before the group is aborted; --lease-timeout (default 600): how\n"
+    "  long the ranks wait for rank 0's next step (its retries of the coordinator included).\n";
+
+struct Registration {
+  Config config;
+  int64_t resume_step = 0;
+  int64_t total_steps = 0;
+  std::string checkpoint_path;
+};
+
+// Rank 0 registers; the result (or its error) reaches every rank.
+StatusOr<Registration> Register(worker::Communicator& world,
+                                std::unique_ptr<coordinator::WorkerClient>* client) {
+  std::string bytes;
+  int64_t code = 0;  // StatusCode of rank 0's error; bytes is then its message
+  if (world.rank() == 0) {
+    const char* job = std::getenv("FULLBAND_JOB_ID");
+    const char* attempt = std::getenv("FULLBAND_ATTEMPT");
+    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c =
+        job == nullptr ? StatusOr<std::unique_ptr<coordinator::WorkerClient>>(
+                             InvalidArgumentError("FULLBAND_JOB_ID is not set: `fullband worker` "
+                                                  "is started by the coordinator's launcher"))
+                       : coordinator::WorkerClient::Register(
+                             coordinator::ClientOptions::FromEnvironment(), job,
+                             attempt ? std::atoll(attempt) : 0, world.size());
+    if (c.ok()) {
+      *client = std::move(*c);
+      bytes = (*client)->registration().SerializeAsString();
+    } else {
+      code = static_cast<int64_t>(c.status().code());
+      bytes = "register: " + c.status().message();
+    }
+  }
+  int64_t header[2] = {code, static_cast<int64_t>(bytes.size())};
+  FB_RETURN_IF_ERROR(world.Broadcast(header, sizeof(header), 0));
+  bytes.resize(static_cast<size_t>(header[1]));
+  FB_RETURN_IF_ERROR(world.Broadcast(bytes.data(), header[1], 0));
+  if (header[0] != 0) return Status(static_cast<StatusCode>(header[0]), bytes);
+  proto::RegisterWorkerGroupResponse r;
+  if (!r.ParseFromString(bytes)) return InternalError("registration: unparsable broadcast");
+  Registration out;
+  FB_ASSIGN_OR_RETURN(out.config, FromProto(r.config()));
+  out.resume_step = r.resume_step();
+  out.total_steps = r.total_steps();
+  out.checkpoint_path = r.checkpoint_path();
+  return out;
+}
+
+// Everything after MPI is up; returns how the run ended.
+StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& flags,
+                                    std::unique_ptr<coordinator::WorkerClient>* client) {
+  FB_ASSIGN_OR_RETURN(const int64_t collective_s, flags.GetInt("collective-timeout", 60));
+  FB_ASSIGN_OR_RETURN(const int64_t lease_s, flags.GetInt("lease-timeout", 600));
+  if (collective_s < 1 || lease_s < 1) {
+    return InvalidArgumentError("--collective-timeout and --lease-timeout must be >= 1 second");
+  }
+  world.set_timeout(std::chrono::seconds(collective_s));
+  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, client));
+  if (reg.resume_step != 0 || !reg.checkpoint_path.empty()) {
+    return UnimplementedError("the job resumes at step " + std::to_string(reg.resume_step) +
+                              " from checkpoint '" + reg.checkpoint_path +
+                              "', and this worker cannot load checkpoints yet");
+  }
+  const Config& config = reg.config;
+  FB_ASSIGN_OR_RETURN(const worker::Layout layout,
+                      worker::MakeLayout(config.parallel, world.size(), world.rank()));
+  ops::BackendOptions bo;
+  bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
+  bo.num_threads = static_cast<int>(config.runtime.threads);
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Trainer> trainer,
+                      worker::Trainer::Create(config, backend.get(), &world));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::BatchSource> data,
+                      worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step));
+  if (world.rank() == 0) {
+    FB_LOG(INFO) << "worker group of " << world.size() << " rank(s) (dp " << layout.dp << ") on "
+                 << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
+                 << ", " << data->description();
+  }
+  worker::CoordinatorStepSource steps(client->get(), &world, reg.resume_step, reg.total_steps,
+                                      std::chrono::seconds(lease_s));
+  const bool json = flags.Has("json");
+  const int64_t every = config.runtime.log_every;
+  return trainer->Run(steps, *data, [&](const worker::StepRecord& r) {
+    if (world.rank() == 0 && LogThisStep(r, every, reg.total_steps)) {
+      PrintStepRecord(r, reg.total_steps, json);
+    }
+  });
+}
+
+}  // namespace
+
+int RunWorker(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags =
+      Flags::Parse(args, {"collective-timeout", "lease-timeout"}, {"json", "help"});
+  if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
+    if (!flags.ok()) std::fprintf(stderr, "fullband worker: %s\n", flags.status().message().c_str());
+    std::fputs(kWorkerUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
+  if (!group.ok()) {
+    std::fprintf(stderr, "fullband worker: %s\n", group.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<coordinator::WorkerClient> client;  // rank 0's, once registered
+  StatusOr<worker::TrainSummary> summary = Work(*group->world, *flags, &client);
+  if (!summary.ok()) {
+    const int rank = group->world->rank();
+    std::fprintf(stderr, "fullband worker: rank %d: %s\n", rank,
+                 summary.status().ToString().c_str());
+    if (client != nullptr) {
+      const Status s = client->Fail("rank 0: " + summary.status().ToString());
+      if (!s.ok()) std::fprintf(stderr, "fullband worker: ReportFailure: %s\n", s.ToString().c_str());
+    }
+    client.reset();  // stops the heartbeat before the group goes
+    if (group->mpi != nullptr) worker::MpiSession::Abort(1);
+    return 1;
+  }
+  if (group->world->rank() == 0) {
+    if (!summary->stop_reason.empty()) {
+      std::printf("stopping: %s\n", summary->stop_reason.c_str());
+    }
+    PrintSummary(*summary, flags->Has("json"));
+  }
+  return 0;
+}
+
+}  // namespace fullband::cli

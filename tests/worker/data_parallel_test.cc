@@ -1,0 +1,220 @@
+// Data parallelism against one rank (docs/PARALLEL.md): DP2 and DP4, ranks played by threads
+// over InProcessCommunicator, train the same global batches as one rank — K = 1, 2, 3 with
+// jitter and prefix mixin on, every recompute mode — and must agree on every pass's loss and
+// every parameter after 5 steps; a layout run twice is bitwise identical; the bytes each rank
+// hands to collectives per step are the analytic count; and the gradient buckets tile the
+// arena in backward order.
+#include "worker/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "common/random.h"
+#include "common/step_plan.h"
+#include "worker/in_process_communicator.h"
+#include "worker/trainer.h"
+
+namespace fullband::worker {
+namespace {
+
+// Random token ids with an EOD about every 40 tokens, as a token file.
+std::string TokenFile() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "/dp_tokens.bin";
+    Rng rng(7);
+    std::vector<uint32_t> ids(1 << 16);
+    for (uint32_t& id : ids) id = rng.Below(40) == 0 ? 256 : static_cast<uint32_t>(rng.Below(256));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), ids.size() * 4);
+    return p;
+  }();
+  return path;
+}
+
+Config TinyConfig(int64_t passes, Recompute recompute) {
+  Config c;
+  ModelConfig& m = c.model;
+  m.vocab_size = 260;  // divisible by 4 ranks, should tensor parallelism want it
+  m.eod_id = 256;
+  m.d_model = 32;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 8;
+  m.ffn_dim = 64;
+  m.max_seq_len = 32;
+  m.window = 8;
+  m.full_attention_every = 2;
+  m.jitter = 0.02;
+  m.prefix_mixin = true;
+  c.data.path = TokenFile();
+  c.data.batch_size = 8;
+  c.data.seq_len = 24;
+  c.optim.lr = 1e-3;
+  c.optim.warmup_steps = 2;
+  c.schedule.steps = 5;
+  c.schedule.phases = {{1.0, {{passes, 1.0}}}};
+  c.runtime.recompute = recompute;
+  c.runtime.threads = 1;
+  c.runtime.peak_gflops = 1;  // MFU is not under test
+  return c;
+}
+
+struct RankRun {
+  std::string error;
+  std::vector<std::vector<double>> losses;  // per step, per pass
+  std::vector<float> params;
+  std::vector<int64_t> all_reduce_bytes;  // per step
+};
+
+// Trains `config` laid out as DP `dp`, one thread per rank.
+std::vector<RankRun> TrainLayout(Config config, int dp) {
+  config.parallel.dp = dp;
+  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(dp);
+  std::vector<RankRun> out(dp);
+  const auto rank_main = [&](int rank) {
+    RankRun& o = out[rank];
+    Communicator* comm = group[rank].get();
+    const auto fail = [&](const Status& s) { o.error = s.ToString(); };
+    ops::BackendOptions bo;
+    bo.num_threads = 1;
+    StatusOr<std::unique_ptr<ops::Backend>> be = ops::CreateBackend(bo);
+    if (!be.ok()) return fail(be.status());
+    StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config, be->get(), comm);
+    if (!t.ok()) return fail(t.status());
+    StatusOr<std::unique_ptr<BatchSource>> data = BatchSource::Open(config, rank, dp, 0);
+    if (!data.ok()) return fail(data.status());
+    LocalStepSource steps(*StepPlan::Create(config), 0);
+    int64_t before = comm->traffic().all_reduce;
+    StatusOr<TrainSummary> s = (*t)->Run(steps, **data, [&](const StepRecord& r) {
+      o.losses.push_back(r.pass_loss);
+      o.all_reduce_bytes.push_back(comm->traffic().all_reduce - before);
+      before = comm->traffic().all_reduce;
+    });
+    if (!s.ok()) return fail(s.status());
+    const ops::Tensor p = (*t)->model().params();
+    o.params.assign(p.f32(), p.f32() + p.numel());
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < dp; ++r) threads.emplace_back(rank_main, r);
+  for (auto& th : threads) th.join();
+  return out;
+}
+
+// ‖a − b‖ / ‖b‖ over each parameter tensor: the worst.
+double WorstRelativeDiff(const ParameterTable& table, const std::vector<float>& a,
+                         const std::vector<float>& b) {
+  double worst = 0;
+  for (const ParamSpec& s : table.specs()) {
+    double diff = 0, norm = 0;
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+      diff += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
+      norm += b[i] * static_cast<double>(b[i]);
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+  }
+  return worst;
+}
+
+void ExpectSameTraining(const Config& c, int dp) {
+  const std::vector<RankRun> one = TrainLayout(c, 1), many = TrainLayout(c, dp);
+  ASSERT_EQ(one[0].error, "");
+  for (const RankRun& r : many) ASSERT_EQ(r.error, "");
+  ASSERT_EQ(one[0].losses.size(), 5u);
+  const ParameterTable table = ParameterTable::Build(c.model);
+  for (int rank = 0; rank < dp; ++rank) {
+    const RankRun& r = many[rank];
+    ASSERT_EQ(r.losses.size(), one[0].losses.size());
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      ASSERT_EQ(r.losses[s].size(), one[0].losses[s].size());
+      for (size_t k = 0; k < r.losses[s].size(); ++k) {
+        EXPECT_NEAR(r.losses[s][k], one[0].losses[s][k], 1e-5 * std::abs(one[0].losses[s][k]))
+            << "rank " << rank << " step " << s << " pass " << k + 1;
+      }
+    }
+    EXPECT_LE(WorstRelativeDiff(table, r.params, one[0].params), 1e-5) << "rank " << rank;
+    EXPECT_EQ(r.params, many[0].params) << "rank " << rank << " drifted from rank 0";
+  }
+}
+
+TEST(DataParallel, DP2AndDP4_TrainLikeOneRank_ForEveryPassCount) {
+  for (int64_t k : {1, 2, 3}) {
+    for (int dp : {2, 4}) {
+      SCOPED_TRACE("K = " + std::to_string(k) + ", DP" + std::to_string(dp));
+      ExpectSameTraining(TinyConfig(k, Recompute::kNone), dp);
+    }
+  }
+}
+
+TEST(DataParallel, DP2_TrainsLikeOneRank_InEveryRecomputeMode) {
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(std::string(RecomputeName(mode)));
+    ExpectSameTraining(TinyConfig(3, mode), 2);
+  }
+}
+
+TEST(DataParallel, SameLayoutTwice_IsBitwiseIdentical) {
+  const Config c = TinyConfig(2, Recompute::kNone);
+  const std::vector<RankRun> a = TrainLayout(c, 2), b = TrainLayout(c, 2);
+  ASSERT_EQ(a[0].error, "");
+  ASSERT_EQ(b[0].error, "");
+  EXPECT_EQ(a[0].params, b[0].params);
+  EXPECT_EQ(a[0].losses, b[0].losses);
+}
+
+TEST(DataParallel, BytesPerStep_AreTheAnalyticCount) {
+  // docs/PARALLEL.md: per step, each DP rank all-reduces 4 · total_numel bytes of gradients,
+  // 8 of the target count and 8 · (K + 1) of losses.
+  for (int64_t k : {1, 3}) {
+    const Config c = TinyConfig(k, Recompute::kNone);
+    const int64_t numel = ParameterTable::Build(c.model).total_numel();
+    for (const RankRun& r : TrainLayout(c, 2)) {
+      ASSERT_EQ(r.error, "");
+      for (int64_t bytes : r.all_reduce_bytes) EXPECT_EQ(bytes, 4 * numel + 8 + 8 * (k + 1));
+    }
+    // One rank alone reduces no gradients.
+    const std::vector<RankRun> one = TrainLayout(c, 1);
+    for (int64_t bytes : one[0].all_reduce_bytes) EXPECT_EQ(bytes, 8 + 8 * (k + 1));
+  }
+}
+
+TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
+  const Config c = TinyConfig(1, Recompute::kNone);
+  const ParameterTable table = ParameterTable::Build(c.model);
+  std::vector<std::unique_ptr<Communicator>> one = InProcessCommunicator::CreateGroup(1);
+  std::vector<float> grads(table.total_numel(), 1.0f);
+  // Buckets of one layer's size: the two layers and the final norm start before Finish.
+  const ParamSpec* w2 = table.Find("layers.0.ffn.w2.weight");
+  const int64_t layer_floats = w2->offset + w2->numel - table.Find("layers.0.attn_norm.weight")->offset;
+  GradientReducer reducer(table, grads.data(), one[0].get(), 4 * layer_floats);
+  EXPECT_GE(reducer.num_buckets(), 3);
+  const int64_t before = one[0]->traffic().all_reduce;
+  reducer.BeginStep();
+  for (int l : {1, 0}) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const ParamSpec* a = table.Find(p + "attn_norm.weight");
+    const ParamSpec* b = table.Find(p + "ffn.w2.weight");
+    reducer.MarkFinal(a->offset, b->offset + b->numel);
+  }
+  EXPECT_GE(reducer.started_early(), 1);
+  ASSERT_TRUE(reducer.Finish(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(one[0]->traffic().all_reduce - before, 4 * table.total_numel());
+}
+
+TEST(Layout, WorldThatIsNotTpTimesDp_IsRefusedByName) {
+  ParallelConfig p;
+  p.dp = 2;
+  const Status s = MakeLayout(p, 3, 0).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tp × dp"), std::string::npos) << s.ToString();
+  Config c = TinyConfig(1, Recompute::kNone);
+  c.parallel.dp = 3;
+  const Status v = c.Validate();
+  EXPECT_NE(v.message().find("data.batch_size"), std::string::npos) << v.ToString();
+}
+
+}  // namespace
+}  // namespace fullband::worker

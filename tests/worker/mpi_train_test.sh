@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `fullband train` as an mpirun group against one rank (docs/PARALLEL.md): DP2 (2 ranks × 1
+# thread) over 6 steps with K = 1, 2, 3, jitter and prefix mixin on, must log the same loss for
+# every pass of every step as one rank, within 1e-5 relative; then a rank killed with SIGKILL in
+# the middle of a run must take the whole group down, non-zero, within 10 s.
+# usage: mpi_train_test.sh FULLBAND MPIRUN
+set -euo pipefail
+fullband=$1 mpirun=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+python3 - "$dir/tokens.bin" <<'PY'
+import random, struct, sys
+rng = random.Random(5)
+ids = [256 if rng.randrange(40) == 0 else rng.randrange(256) for _ in range(1 << 16)]
+open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
+PY
+config() {  # $1 = dp, $2 = steps
+  cat <<YAML
+model: {vocab_size: 260, eod_id: 256, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
+        head_dim: 8, ffn_dim: 64, max_seq_len: 32, window: 8, full_attention_every: 2}
+parallel: {dp: $1}
+data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 24}
+optim: {lr: 1.0e-3, warmup_steps: 2}
+schedule: {steps: $2, seed: 3, phases: [{until: 1.0, mix: {1: 0.4, 2: 0.4, 3: 0.2}}]}
+runtime: {threads: 1, log_every: 1, peak_gflops: 1}
+YAML
+}
+config 1 6 >"$dir/one.yaml"
+config 2 6 >"$dir/dp2.yaml"
+"$fullband" train "$dir/one.yaml" --json >"$dir/one.jsonl"
+"$mpirun" --oversubscribe --bind-to none -np 2 "$fullband" train "$dir/dp2.yaml" --json \
+  >"$dir/dp2.jsonl"
+python3 - "$dir/one.jsonl" "$dir/dp2.jsonl" <<'PY'
+import json, sys
+def steps(path):
+    return [r for r in map(json.loads, open(path)) if "step" in r]
+one, dp2 = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(one) == len(dp2) == 6, (len(one), len(dp2))
+passes = set()
+for a, b in zip(one, dp2):
+    assert a["passes"] == b["passes"], (a, b)
+    passes.add(a["passes"])
+    for x, y in zip(a["pass_loss"], b["pass_loss"]):
+        assert abs(x - y) <= 1e-5 * abs(x), (a["step"], x, y)
+assert passes >= {1, 2}, passes
+print("DP2 matches one rank on", len(one), "steps, pass counts", sorted(passes))
+PY
+
+# A rank killed mid-run: the group ends, non-zero, within 10 s.
+config 2 100000 >"$dir/long.yaml"
+"$mpirun" --oversubscribe --bind-to none -np 2 "$fullband" train "$dir/long.yaml" \
+  >"$dir/long.out" 2>&1 &
+launcher=$!
+victim=""
+for _ in $(seq 600); do  # until step 3 is logged (60 s at most)
+  if grep -q '^step *3/' "$dir/long.out" 2>/dev/null; then
+    for p in $(pgrep -f "fullband train $dir/long.yaml" || true); do
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+        victim=$p
+      fi
+    done
+    [ -n "$victim" ] && break
+  fi
+  sleep 0.1
+done
+[ -n "$victim" ] || { cat "$dir/long.out"; echo "rank 1 never trained"; exit 1; }
+start=$(date +%s%N)
+kill -9 "$victim"
+set +e
+timeout 30 tail --pid="$launcher" -f /dev/null
+wait "$launcher"
+rc=$?
+set -e
+took_ms=$((($(date +%s%N) - start) / 1000000))
+echo "group exited with code $rc ${took_ms} ms after rank 1 was killed"
+[ "$rc" -ne 0 ] || { echo "the group exited 0 after losing a rank"; exit 1; }
+((took_ms < 10000)) || { echo "took ${took_ms} ms (limit 10 s)"; exit 1; }
+if pgrep -f "fullband train $dir/long.yaml" >/dev/null; then
+  echo "ranks left running"; exit 1
+fi
+echo "passed"

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# A submitted job is trained by `fullband worker` groups (docs/PARALLEL.md): a local coordinator
+# launches `mpirun -np 2 fullband worker` for a DP2 job and `fullband worker` alone for a DP1
+# job on the same data (bytes of /usr/share/common-licenses as token ids, a 60/30/10 pass mix).
+# Both must COMPLETE with a ledger of exactly steps × batch × seq_len tokens and Σ tokens ×
+# passes token-equivalents, the pass histogram of the schedule, the same losses (DP2 against
+# DP1, 1e-5 relative), and a first-pass loss that falls.
+# usage: worker_e2e_test.sh FULLBAND
+set -euo pipefail
+fullband=$(realpath "$1")
+dir=$(mktemp -d)
+coordinator_pid=
+cleanup() {
+  [[ -n $coordinator_pid ]] && kill "$coordinator_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 - "$dir/tokens.bin" <<'PY'
+import os, struct, sys
+ids = []
+root = "/usr/share/common-licenses"
+for name in sorted(os.listdir(root)):
+    path = os.path.join(root, name)
+    if os.path.isfile(path):
+        ids += list(open(path, "rb").read()) + [256]
+open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
+PY
+
+cat > "$dir/coordinator.yaml" <<YAML
+listen: 127.0.0.1:0
+store_dir: $dir/store
+jobs_dir: $dir/jobs
+tick_seconds: 0.05
+heartbeat_interval_seconds: 0.5
+YAML
+job() {  # $1 = dp
+  cat <<YAML
+model: {vocab_size: 258, eod_id: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2,
+        head_dim: 16, ffn_dim: 128, max_seq_len: 64, window: 16, full_attention_every: 2}
+parallel: {dp: $1}
+data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 64}
+optim: {lr: 3.0e-3, warmup_steps: 5}
+schedule: {seed: 2, phases: [{until: 1.0, mix: {1: 0.6, 2: 0.3, 3: 0.1}}]}
+budget: {kind: token_equivalents, amount: 40960}
+runtime: {threads: 1, log_every: 1, peak_gflops: 1}
+launcher: {command: [$fullband, worker], max_restarts: 0}
+YAML
+}
+job 2 > "$dir/dp2.yaml"
+job 1 > "$dir/dp1.yaml"
+
+exec 3< <("$fullband" coordinator --config "$dir/coordinator.yaml" 2> "$dir/coordinator.err" &
+          echo "pid $!"; wait $!; echo "exit $?")
+read -r -u 3 _ coordinator_pid
+read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
+export FULLBAND_COORDINATOR=127.0.0.1:${line##* }
+
+for dp in 2 1; do
+  out=$(timeout 300 "$fullband" submit "$dir/dp$dp.yaml" --wait) ||
+    fail "DP$dp: $out $(cat "$dir"/jobs/*/attempt-0.err 2>/dev/null)"
+  job=$(head -1 <<< "$out")
+  tail -1 <<< "$out" | grep -q "COMPLETED" ||
+    fail "DP$dp: $(tail -1 <<< "$out") $(cat "$dir/jobs/$job/attempt-0.err")"
+  "$fullband" status "$job" --json > "$dir/dp$dp.json"
+  cp "$dir/jobs/$job/attempt-0.out" "$dir/dp$dp.log"
+done
+
+python3 - "$dir" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def ledger(dp):
+    return json.load(open(f"{d}/dp{dp}.json"))["ledger"]
+def steps(dp):
+    out = {}
+    for line in open(f"{d}/dp{dp}.log"):
+        m = re.match(r"step +(\d+)/\d+ +K=(\d+) +loss \S+ \[([^\]]*)\]", line)
+        if m:
+            out[int(m[1])] = (int(m[2]), [float(x) for x in m[3].split()])
+    return out
+for dp in (2, 1):
+    l = ledger(dp)
+    n, tokens, te = int(l["steps"]), int(l["tokens"]), int(l["tokenEquivalents"] if "tokenEquivalents" in l else l["token_equivalents"])
+    hist = {int(k): int(v) for k, v in (l.get("passHistogram") or l.get("pass_histogram")).items()}
+    assert tokens == n * 8 * 64, (dp, tokens, n)
+    assert te == sum(k * v for k, v in hist.items()) * 8 * 64, (dp, te, hist)
+    assert te == 40960 or te > 40960 - 3 * 512, (dp, te)
+    s = steps(dp)
+    assert len(s) == n, (dp, len(s), n)
+    assert hist == {k: sum(1 for v in s.values() if v[0] == k) for k in hist}, (dp, hist)
+    first = sum(s[i][1][0] for i in (1, 2, 3)) / 3
+    last = sum(s[i][1][0] for i in (n - 2, n - 1, n)) / 3
+    assert last < first - 0.5, (dp, first, last)
+    print(f"DP{dp}: {n} steps, {tokens} tokens, {te} token-equivalents, passes {hist}, "
+          f"pass-1 loss {first:.3f} -> {last:.3f}")
+a, b = steps(2), steps(1)
+for i in a:
+    assert a[i][0] == b[i][0]
+    for x, y in zip(a[i][1], b[i][1]):
+        assert abs(x - y) <= 1e-5 * abs(y), (i, x, y)
+print("DP2 and DP1 agree on every pass of every step")
+PY
+
+kill -TERM "$coordinator_pid"
+coordinator_pid=
+echo "worker_e2e_test: ok"

@@ -1,0 +1,97 @@
+// Communicator: the collectives of one group of ranks (docs/PARALLEL.md) — AllReduce,
+// ReduceScatter, AllGather, Broadcast and Barrier — behind one interface, so that what is
+// communicated stays apart from what is computed (the trainer composes collectives around the
+// model's step; no op calls one).
+//
+// Implementations: MpiCommunicator (worker/mpi_communicator.h, Open MPI, CPU memory) and
+// InProcessCommunicator (worker/in_process_communicator.h: threads of one process, for tests
+// and for a single-process run).
+//
+// Contract (PyTorch c10d's): every rank of a group issues the same collectives in the same
+// order with the same counts and types. Each collective is non-blocking: it returns a Work
+// handle at once, and its buffers belong to the collective until Wait returns OK. Wait(timeout)
+// returns DEADLINE_EXCEEDED when the collective has not completed in time — a peer is gone or
+// hung — and the group is then unusable: the caller reports the error and ends the process
+// (worker/worker.h aborts the whole MPI job). Reductions combine ranks in rank order, so the
+// result is the same on every rank and, for a fixed group size, the same in every run.
+//
+// Threading: one thread issues a communicator's collectives; a Work handle may be waited for
+// from that thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace fullband::worker {
+
+enum class CommType : uint8_t { kF32, kF64, kI64, kU8 };
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+size_t CommTypeSize(CommType type);
+
+// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // OK once the collective completed on this rank; DEADLINE_EXCEEDED after `timeout` without
+  // completion; UNAVAILABLE / INTERNAL for an error of the transport. Call at most once.
+  [[nodiscard]] virtual Status Wait(std::chrono::milliseconds timeout) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "mpi" or "in-process".
+  virtual std::string name() const = 0;
+
+  // In place: `data` holds `count` elements on every rank; afterwards, on every rank, their
+  // element-wise reduction over the ranks.
+  virtual std::unique_ptr<Work> AllReduceAsync(void* data, int64_t count, CommType type,
+                                               ReduceOp op) = 0;
+  // `in` holds size()·count elements; `out` gets the `count` elements of block rank() of their
+  // reduction over the ranks. `in` and `out` do not overlap.
+  virtual std::unique_ptr<Work> ReduceScatterAsync(const void* in, void* out, int64_t count,
+                                                   CommType type, ReduceOp op) = 0;
+  // `in` holds `count` elements; `out` gets size()·count, rank r's at r·count. No overlap.
+  virtual std::unique_ptr<Work> AllGatherAsync(const void* in, void* out, int64_t count,
+                                               CommType type) = 0;
+  // `bytes` bytes of `data` of rank `root` into `data` of every rank.
+  virtual std::unique_ptr<Work> BroadcastAsync(void* data, int64_t bytes, int root) = 0;
+  virtual std::unique_ptr<Work> BarrierAsync() = 0;
+
+  // Blocking forms: the collective, waited for timeout().
+  [[nodiscard]] Status AllReduce(void* data, int64_t count, CommType type, ReduceOp op);
+  [[nodiscard]] Status ReduceScatter(const void* in, void* out, int64_t count, CommType type,
+                                     ReduceOp op);
+  [[nodiscard]] Status AllGather(const void* in, void* out, int64_t count, CommType type);
+  [[nodiscard]] Status Broadcast(void* data, int64_t bytes, int root);
+  [[nodiscard]] Status Barrier();
+
+  // How long the blocking forms wait (default 60 s).
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+
+  // What this rank has handed to collectives since it was created, by kind: the bytes of the
+  // reduced buffer (all-reduce), of the full buffer (reduce-scatter's input, all-gather's
+  // output), and of broadcast payloads. docs/PARALLEL.md turns them into bytes on the wire.
+  struct Traffic {
+    int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+    int64_t collectives = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
+
+ protected:
+  Traffic traffic_;
+
+ private:
+  std::chrono::milliseconds timeout_{60'000};
+};
+
+}  // namespace fullband::worker

@@ -1,0 +1,68 @@
+// GradientReducer: data-parallel gradient all-reduce in buckets, overlapped with backward
+// (docs/PARALLEL.md, Note [Gradient buckets]).
+//
+// The parameters are dealt, in reverse table order (the order backward finishes them), into
+// buckets of about `bucket_bytes`, each a contiguous range of the gradient arena. Model::Step
+// reports every range whose gradients are final (StepOptions::grads_final → MarkFinal); a
+// bucket's all-reduce starts as soon as all its parameters are final, on the communicator's
+// progress thread, while backward goes on. Finish starts what is left (the embedding and the
+// feedback parameters, final only at the end of backward) and waits for everything.
+//
+// Each rank's gradients must already be its share of the global ones (StepOptions::loss_count
+// is the global target count), so the all-reduce is a plain sum. Not thread-safe: one step at a
+// time from the training thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/communicator.h"
+#include "worker/param_table.h"
+
+namespace fullband::worker {
+
+class GradientReducer {
+ public:
+  // `grads` is the gradient arena carved by `table` (host memory: the MPI communicator reads
+  // it); `dp` and `table` outlive the reducer.
+  GradientReducer(const ParameterTable& table, float* grads, Communicator* dp,
+                  int64_t bucket_bytes);
+
+  // Starts a step: no parameter is final yet.
+  void BeginStep();
+  // Marks every parameter inside [begin, end) (floats of the arena) final and starts the
+  // all-reduce of each bucket that became complete.
+  void MarkFinal(int64_t begin, int64_t end);
+  // Starts the buckets not started yet and waits for all; `timeout` bounds each wait.
+  // Errors: the communicator's (DEADLINE_EXCEEDED: a peer is gone).
+  Status Finish(std::chrono::milliseconds timeout);
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Of the last step: seconds Finish spent waiting for reductions (communication not hidden
+  // behind backward), and how many buckets had started before Finish was called.
+  double exposed_seconds() const { return exposed_seconds_; }
+  int started_early() const { return started_early_; }
+
+ private:
+  struct Bucket {
+    int64_t begin = 0, end = 0;      // floats of the arena
+    int first_spec = 0, specs = 0;   // specs [first_spec, first_spec + specs) of the table
+    int pending = 0;                 // specs not final yet this step
+    std::unique_ptr<Work> work;      // the all-reduce in flight
+  };
+  void Start(Bucket& b);
+
+  const ParameterTable& table_;
+  float* grads_;
+  Communicator* dp_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // per spec
+  std::vector<bool> final_;     // per spec, this step
+  double exposed_seconds_ = 0;
+  int started_early_ = 0;
+};
+
+}  // namespace fullband::worker
