@@ -61,11 +61,13 @@ int main(int argc, char** argv) {
         MPI_Barrier(plain);
         auto t0 = std::chrono::steady_clock::now();
         if (!c.AllReduce(buf.data(), count, fw::CommType::kF32, fw::ReduceOp::kSum).ok()) return 1;
-        const double a = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double a =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         MPI_Barrier(plain);
         t0 = std::chrono::steady_clock::now();
         MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, plain);
-        const double b = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double b =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fill(buf.begin(), buf.end(), 1.0f);
         if (r >= 2) {
           ours.push_back(a);

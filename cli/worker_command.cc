@@ -99,8 +99,9 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Trainer> trainer,
                       worker::Trainer::Create(config, backend.get(), &world));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::BatchSource> data,
-                      worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step));
+  FB_ASSIGN_OR_RETURN(
+      std::unique_ptr<worker::BatchSource> data,
+      worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step));
   if (world.rank() == 0) {
     FB_LOG(INFO) << "worker group of " << world.size() << " rank(s) (dp " << layout.dp << ") on "
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
@@ -123,7 +124,8 @@ int RunWorker(const std::vector<std::string>& args) {
   StatusOr<Flags> flags =
       Flags::Parse(args, {"collective-timeout", "lease-timeout"}, {"json", "help"});
   if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
-    if (!flags.ok()) std::fprintf(stderr, "fullband worker: %s\n", flags.status().message().c_str());
+    if (!flags.ok())
+      std::fprintf(stderr, "fullband worker: %s\n", flags.status().message().c_str());
     std::fputs(kWorkerUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
     return flags.ok() && flags->Has("help") ? 0 : 2;
   }
@@ -140,7 +142,8 @@ int RunWorker(const std::vector<std::string>& args) {
                  summary.status().ToString().c_str());
     if (client != nullptr) {
       const Status s = client->Fail("rank 0: " + summary.status().ToString());
-      if (!s.ok()) std::fprintf(stderr, "fullband worker: ReportFailure: %s\n", s.ToString().c_str());
+      if (!s.ok())
+        std::fprintf(stderr, "fullband worker: ReportFailure: %s\n", s.ToString().c_str());
     }
     client.reset();  // stops the heartbeat before the group goes
     if (group->mpi != nullptr) worker::MpiSession::Abort(1);

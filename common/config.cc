@@ -604,8 +604,8 @@ Status Config::Validate() const {
   // The data-parallel split: each of the dp groups trains on batch_size / dp sequences.
   if (data.batch_size % parallel.dp != 0) {
     return SectionField("data", "batch_size",
-                        std::to_string(data.batch_size) + " is not divisible by parallel.dp = " +
-                            std::to_string(parallel.dp));
+                        std::to_string(data.batch_size) +
+                            " is not divisible by parallel.dp = " + std::to_string(parallel.dp));
   }
   if (launcher.processes != 0 && launcher.processes != parallel.tp * parallel.dp) {
     return SectionField(

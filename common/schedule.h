@@ -1,9 +1,10 @@
 // The pass schedule and the compute accounting shared by the trainer and the coordinator.
 //
 // PassesAtFraction draws the pass count of a step from the phase that holds the step's budget
-// fraction (common/step_plan.h says where each step sits), with a generator seeded by (schedule seed, step) alone: the same step always gets
-// the same pass count, whichever process asks and however often (restarts, re-leases).
-// ModelFlopsPerToken counts DESIGN §1's model FLOPs: 6·N per token per pass, plus attention.
+// fraction (common/step_plan.h says where each step sits), with a generator seeded by (schedule
+// seed, step) alone: the same step always gets the same pass count, whichever process asks and
+// however often (restarts, re-leases). ModelFlopsPerToken counts DESIGN §1's model FLOPs: 6·N per
+// token per pass, plus attention.
 #pragma once
 
 #include <cstdint>

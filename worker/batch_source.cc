@@ -19,7 +19,8 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::Open(const Config& config, i
   src->dp_size_ = dp_size;
   src->next_step_ = first_step;
   if (!d.path.empty()) {
-    FB_ASSIGN_OR_RETURN(TokenFile file, TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
+    FB_ASSIGN_OR_RETURN(TokenFile file,
+                        TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
     src->file_ = std::make_unique<TokenFile>(std::move(file));
     src->seed_ = static_cast<uint64_t>(d.seed);
     src->description_ = std::to_string(src->file_->num_tokens()) + " tokens of " + d.path;
@@ -63,7 +64,8 @@ Status BatchSource::OpenStores(const Config& config, int64_t first_step) {
   ro.dp_size = dp_size_;
   const dataloader::SamplerCursor start =
       sampler.CursorAt(static_cast<uint64_t>(first_step * global_batch_));
-  FB_ASSIGN_OR_RETURN(reader_, dataloader::BatchReader::Create(stores, std::move(sampler), start, ro));
+  FB_ASSIGN_OR_RETURN(reader_,
+                      dataloader::BatchReader::Create(stores, std::move(sampler), start, ro));
   description_ = std::to_string(sequences) + " sequences in " + std::to_string(d.sources.size()) +
                  " token store(s)";
   return OkStatus();

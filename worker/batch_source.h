@@ -26,8 +26,8 @@ class BatchSource {
  public:
   // Errors: INVALID_ARGUMENT when the config names no data or dp does not divide the batch;
   // those of opening the token file or stores (NOT_FOUND, DATA_LOSS, ...).
-  static StatusOr<std::unique_ptr<BatchSource>> Open(const Config& config, int dp_rank,
-                                                     int dp_size, int64_t first_step);
+  static StatusOr<std::unique_ptr<BatchSource>> Open(const Config& config, int dp_rank, int dp_size,
+                                                     int64_t first_step);
 
   int64_t rows() const { return rows_; }  // B / dp
   // This rank's rows of `step` into tokens (rows(), T + 1). DATA_LOSS names a corrupt record.

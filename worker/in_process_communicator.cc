@@ -83,7 +83,8 @@ void Execute(const std::vector<InProcessCommunicator::Post>& posts) {
     case Kind::kReduceScatter: {
       for (int r = 0; r < n; ++r) {
         std::vector<const void*> in;
-        for (const auto& p : posts) in.push_back(static_cast<const char*>(p.in) + r * p0.count * elem);
+        for (const auto& p : posts)
+          in.push_back(static_cast<const char*>(p.in) + r * p0.count * elem);
         ReduceTyped(in, posts[r].out, p0.count, p0.type, p0.op);
       }
       return;

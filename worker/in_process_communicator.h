@@ -28,8 +28,8 @@ class InProcessCommunicator final : public Communicator {
 
   std::unique_ptr<Work> AllReduceAsync(void* data, int64_t count, CommType type,
                                        ReduceOp op) override;
-  std::unique_ptr<Work> ReduceScatterAsync(const void* in, void* out, int64_t count,
-                                           CommType type, ReduceOp op) override;
+  std::unique_ptr<Work> ReduceScatterAsync(const void* in, void* out, int64_t count, CommType type,
+                                           ReduceOp op) override;
   std::unique_ptr<Work> AllGatherAsync(const void* in, void* out, int64_t count,
                                        CommType type) override;
   std::unique_ptr<Work> BroadcastAsync(void* data, int64_t bytes, int root) override;

@@ -190,16 +190,14 @@ std::unique_ptr<Work> MpiCommunicator::AllReduceAsync(void* data, int64_t count,
   });
 }
 
-std::unique_ptr<Work> MpiCommunicator::ReduceScatterAsync(const void* in, void* out,
-                                                          int64_t count, CommType type,
-                                                          ReduceOp op) {
+std::unique_ptr<Work> MpiCommunicator::ReduceScatterAsync(const void* in, void* out, int64_t count,
+                                                          CommType type, ReduceOp op) {
   FB_CHECK_LE(count, INT_MAX);
   traffic_.reduce_scatter += count * size_ * static_cast<int64_t>(CommTypeSize(type));
   ++traffic_.collectives;
   MPI_Comm comm = impl_->comm;
   return impl_->Enqueue([=] {
-    return MPI_Reduce_scatter_block(in, out, static_cast<int>(count), ToMpi(type), ToMpi(op),
-                                    comm);
+    return MPI_Reduce_scatter_block(in, out, static_cast<int>(count), ToMpi(type), ToMpi(op), comm);
   });
 }
 

@@ -77,8 +77,8 @@ StatusOr<std::optional<StepAssignment>> CoordinatorStepSource::Next() {
   return std::optional<StepAssignment>(a);
 }
 
-Status CoordinatorStepSource::Done(const StepAssignment& step,
-                                   const std::vector<double>& pass_loss, double seconds) {
+Status CoordinatorStepSource::Done(const StepAssignment& step, const std::vector<double>& pass_loss,
+                                   double seconds) {
   if (comm_->rank() != 0) return OkStatus();
   proto::StepAssignment a;
   a.set_step(step.step);

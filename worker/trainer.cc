@@ -92,8 +92,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   t->tokens_.resize(rows * (config.data.seq_len + 1));
   t->peak_gflops_ =
       config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
-  t->flops_per_token_ = ModelFlopsPerToken(config.model, t->model_->table().CountParameters(),
-                                           config.data.seq_len);
+  t->flops_per_token_ =
+      ModelFlopsPerToken(config.model, t->model_->table().CountParameters(), config.data.seq_len);
   return t;
 }
 

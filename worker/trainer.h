@@ -40,9 +40,9 @@ struct StepRecord {
   int64_t tokens = 0;             // cumulative input tokens of this run (global batch)
   int64_t token_equivalents = 0;  // cumulative tokens × passes
   double step_seconds = 0;
-  double tokens_per_s = 0;  // this step's global tokens / its wall time
-  double model_flops = 0;   // this step's model FLOPs (global)
-  double mfu = 0;           // model FLOPs / time / (peak × ranks)
+  double tokens_per_s = 0;          // this step's global tokens / its wall time
+  double model_flops = 0;           // this step's model FLOPs (global)
+  double mfu = 0;                   // model FLOPs / time / (peak × ranks)
   double comm_exposed_seconds = 0;  // gradient reduction not hidden behind backward
 };
 

@@ -4,26 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "common/schedule.h"
+#include "tests/common/test_configs.h"
 
 namespace fullband {
 namespace {
 
-// A small model, B = 4, T = 32 (128 tokens a step), a budget of 20 steps.
-Config SmallConfig() {
-  Config c;
-  c.model.vocab_size = 512;
-  c.model.eod_id = 0;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.head_dim = 16;
-  c.model.ffn_dim = 128;
-  c.data.batch_size = 4;
-  c.data.seq_len = 32;
-  c.budget.amount = 128 * 20;
-  return c;
-}
+Config SmallConfig() { return SmallTestConfig(); }
 
 TEST(StepPlan, TokenBudget_AllowsWholeStepsOnly) {
   Config c = SmallConfig();

@@ -11,25 +11,9 @@
 #include "common/config.h"
 #include "coordinator/clock.h"
 #include "coordinator/launcher.h"
+#include "tests/common/test_configs.h"
 
 namespace fullband::coordinator {
-
-// A tiny model, 128 tokens per step (B = 4, T = 32), a token budget of 20 steps.
-inline Config SmallTestConfig() {
-  Config c;
-  c.model.vocab_size = 512;
-  c.model.eod_id = 0;
-  c.model.d_model = 64;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.head_dim = 16;
-  c.model.ffn_dim = 128;
-  c.data.batch_size = 4;
-  c.data.seq_len = 32;
-  c.budget.amount = 128 * 20;
-  return c;
-}
 
 class FakeClock final : public Clock {
  public:

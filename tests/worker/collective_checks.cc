@@ -41,8 +41,9 @@ std::string ScatterGatherBroadcast(Communicator& comm) {
   const int64_t count = 5;
   std::vector<float> in(count * n), out(count);
   for (int64_t i = 0; i < count * n; ++i) in[i] = Value(me, i);
-  EXPECT_OR_RETURN(comm.ReduceScatter(in.data(), out.data(), count, CommType::kF32,
-                                      ReduceOp::kSum).ok(), "reduce-scatter");
+  EXPECT_OR_RETURN(
+      comm.ReduceScatter(in.data(), out.data(), count, CommType::kF32, ReduceOp::kSum).ok(),
+      "reduce-scatter");
   for (int64_t i = 0; i < count; ++i) {
     float want = 0;
     for (int r = 0; r < n; ++r) want += Value(r, me * count + i);

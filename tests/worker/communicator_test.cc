@@ -1,12 +1,11 @@
 // InProcessCommunicator: the Communicator contract on 1 to 4 ranks played by threads, the
 // payload accounting, and the timeout when a rank never joins.
-#include "worker/in_process_communicator.h"
-
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "tests/worker/collective_checks.h"
+#include "worker/in_process_communicator.h"
 
 namespace fullband::worker {
 namespace {
@@ -54,7 +53,8 @@ TEST(InProcessCommunicator, MismatchedCollectives_AreAnError) {
     float x[2] = {1, 2};
     return c.AllReduce(x, c.rank() + 1, CommType::kF32, ReduceOp::kSum).ToString();
   });
-  for (const std::string& s : out) EXPECT_NE(s.find("differs between ranks"), std::string::npos) << s;
+  for (const std::string& s : out)
+    EXPECT_NE(s.find("differs between ranks"), std::string::npos) << s;
 }
 
 }  // namespace

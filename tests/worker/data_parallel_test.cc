@@ -188,7 +188,8 @@ TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
   std::vector<float> grads(table.total_numel(), 1.0f);
   // Buckets of one layer's size: the two layers and the final norm start before Finish.
   const ParamSpec* w2 = table.Find("layers.0.ffn.w2.weight");
-  const int64_t layer_floats = w2->offset + w2->numel - table.Find("layers.0.attn_norm.weight")->offset;
+  const int64_t layer_floats =
+      w2->offset + w2->numel - table.Find("layers.0.attn_norm.weight")->offset;
   GradientReducer reducer(table, grads.data(), one[0].get(), 4 * layer_floats);
   EXPECT_GE(reducer.num_buckets(), 3);
   const int64_t before = one[0]->traffic().all_reduce;

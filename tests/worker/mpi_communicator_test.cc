@@ -1,9 +1,10 @@
 // MpiCommunicator under mpirun (CTest label `mpi`, 2 and 4 ranks): the Communicator contract
 // (collective_checks.h) on every rank. Exits non-zero when any rank's check fails.
+#include "worker/mpi_communicator.h"
+
 #include <cstdio>
 
 #include "tests/worker/collective_checks.h"
-#include "worker/mpi_communicator.h"
 
 int main(int argc, char** argv) {
   using namespace fullband::worker;
