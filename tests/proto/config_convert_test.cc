@@ -36,7 +36,7 @@ TEST(ConfigConvert, RoundTrip_PreservesEverySection) {
   c.parallel.dp = 3;
   c.data.sources = {{"/data/web", 0.7}, {"/data/code", 0.3}};
   c.data.prefetch = 9;
-  c.data.batch_size = 16;
+  c.data.batch_size = 18;
   c.data.seq_len = 512;
   c.data.seed = 11;
   c.optim.lr = 1.5e-3;
