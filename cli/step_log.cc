@@ -4,7 +4,7 @@
 
 namespace fullband::cli {
 
-void PrintStepRecord(const worker::StepRecord& r, int64_t steps, bool json) {
+void PrintStepRecord(const worker::StepRecord& r, bool json) {
   if (json) {
     std::printf("{\"step\": %ld, \"passes\": %ld, \"loss\": %.6f, \"pass_loss\": [", r.step + 1,
                 r.passes, r.total_loss);
@@ -17,7 +17,8 @@ void PrintStepRecord(const worker::StepRecord& r, int64_t steps, bool json) {
         r.grad_norm, r.lr, r.tokens, r.token_equivalents, r.step_seconds, r.tokens_per_s, r.mfu,
         r.comm_exposed_seconds);
   } else {
-    std::printf("step %5ld/%ld  K=%ld  loss %.4f [", r.step + 1, steps, r.passes, r.total_loss);
+    std::printf("step %5ld/%ld  K=%ld  loss %.4f [", r.step + 1, r.total_steps, r.passes,
+                r.total_loss);
     for (size_t k = 0; k < r.pass_loss.size(); ++k) {
       std::printf("%s%.4f", k ? " " : "", r.pass_loss[k]);
     }
@@ -27,8 +28,8 @@ void PrintStepRecord(const worker::StepRecord& r, int64_t steps, bool json) {
   std::fflush(stdout);
 }
 
-bool LogThisStep(const worker::StepRecord& r, int64_t every, int64_t steps) {
-  return (r.step + 1) % every == 0 || r.step == 0 || r.step + 1 == steps;
+bool LogThisStep(const worker::StepRecord& r, int64_t every) {
+  return (r.step + 1) % every == 0 || r.step == 0 || r.step + 1 == r.total_steps;
 }
 
 void PrintSummary(const worker::TrainSummary& s, bool json) {

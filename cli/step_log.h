@@ -8,10 +8,10 @@
 
 namespace fullband::cli {
 
-// One line for step r of `steps` (total steps of the run or job): text, or one JSON object.
-void PrintStepRecord(const worker::StepRecord& r, int64_t steps, bool json);
-// Whether step r is logged: every `every`-th, the first and the last of `steps`.
-bool LogThisStep(const worker::StepRecord& r, int64_t every, int64_t steps);
+// One line for step r: text, or one JSON object.
+void PrintStepRecord(const worker::StepRecord& r, bool json);
+// Whether step r is logged: every `every`-th, the first and the last of the run.
+bool LogThisStep(const worker::StepRecord& r, int64_t every);
 // "done: ..." and the first → last loss of each pass count (or the JSON summary object).
 void PrintSummary(const worker::TrainSummary& s, bool json);
 

@@ -7,7 +7,6 @@
 #include "cli/flags.h"
 #include "cli/step_log.h"
 #include "common/config.h"
-#include "common/step_plan.h"
 #include "worker/mpi_communicator.h"
 #include "worker/trainer.h"
 
@@ -49,11 +48,10 @@ int RunTrain(const std::vector<std::string>& args) {
     return 1;
   }
   const bool leader = group->world->rank() == 0;
-  StatusOr<StepPlan> plan = StepPlan::Create(*config);
-  const int64_t every = config->runtime.log_every, total = plan.ok() ? plan->total_steps() : 0;
+  const int64_t every = config->runtime.log_every;
   StatusOr<worker::TrainSummary> summary =
       worker::TrainLocal(*config, group->world.get(), [&](const worker::StepRecord& r) {
-        if (leader && LogThisStep(r, every, total)) PrintStepRecord(r, total, json);
+        if (leader && LogThisStep(r, every)) PrintStepRecord(r, json);
       });
   if (!summary.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", summary.status().ToString().c_str());

@@ -37,34 +37,33 @@ struct Registration {
   std::string checkpoint_path;
 };
 
-// Rank 0 registers; the result (or its error) reaches every rank.
-StatusOr<Registration> Register(worker::Communicator& world,
+// Rank 0 registers with the coordinator named by the environment.
+StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(int world_size) {
+  const char* job = std::getenv("FULLBAND_JOB_ID");
+  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
+  if (job == nullptr) {
+    return InvalidArgumentError(
+        "FULLBAND_JOB_ID is not set: `fullband worker` is started by the coordinator's launcher");
+  }
+  return coordinator::WorkerClient::Register(coordinator::ClientOptions::FromEnvironment(), job,
+                                             attempt ? std::atoll(attempt) : 0, world_size);
+}
+
+// Rank 0 registers; the registration (or its error) reaches every rank.
+// `timeout` covers rank 0's retries of the coordinator.
+StatusOr<Registration> Register(worker::Communicator& world, std::chrono::milliseconds timeout,
                                 std::unique_ptr<coordinator::WorkerClient>* client) {
-  std::string bytes;
-  int64_t code = 0;  // StatusCode of rank 0's error; bytes is then its message
+  StatusOr<std::string> mine = std::string();
   if (world.rank() == 0) {
-    const char* job = std::getenv("FULLBAND_JOB_ID");
-    const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c =
-        job == nullptr ? StatusOr<std::unique_ptr<coordinator::WorkerClient>>(
-                             InvalidArgumentError("FULLBAND_JOB_ID is not set: `fullband worker` "
-                                                  "is started by the coordinator's launcher"))
-                       : coordinator::WorkerClient::Register(
-                             coordinator::ClientOptions::FromEnvironment(), job,
-                             attempt ? std::atoll(attempt) : 0, world.size());
+    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c = RegisterRank0(world.size());
     if (c.ok()) {
       *client = std::move(*c);
-      bytes = (*client)->registration().SerializeAsString();
+      mine = (*client)->registration().SerializeAsString();
     } else {
-      code = static_cast<int64_t>(c.status().code());
-      bytes = "register: " + c.status().message();
+      mine = Status(c.status().code(), "register: " + c.status().message());
     }
   }
-  int64_t header[2] = {code, static_cast<int64_t>(bytes.size())};
-  FB_RETURN_IF_ERROR(world.Broadcast(header, sizeof(header), 0));
-  bytes.resize(static_cast<size_t>(header[1]));
-  FB_RETURN_IF_ERROR(world.Broadcast(bytes.data(), header[1], 0));
-  if (header[0] != 0) return Status(static_cast<StatusCode>(header[0]), bytes);
+  FB_ASSIGN_OR_RETURN(const std::string bytes, worker::BroadcastResult(world, 0, mine, timeout));
   proto::RegisterWorkerGroupResponse r;
   if (!r.ParseFromString(bytes)) return InternalError("registration: unparsable broadcast");
   Registration out;
@@ -84,21 +83,18 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
     return InvalidArgumentError("--collective-timeout and --lease-timeout must be >= 1 second");
   }
   world.set_timeout(std::chrono::seconds(collective_s));
-  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, client));
+  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, std::chrono::seconds(lease_s), client));
   if (reg.resume_step != 0 || !reg.checkpoint_path.empty()) {
     return UnimplementedError("the job resumes at step " + std::to_string(reg.resume_step) +
                               " from checkpoint '" + reg.checkpoint_path +
                               "', and this worker cannot load checkpoints yet");
   }
   const Config& config = reg.config;
-  FB_ASSIGN_OR_RETURN(const worker::Layout layout,
-                      worker::MakeLayout(config.parallel, world.size(), world.rank()));
-  ops::BackendOptions bo;
-  bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
-  bo.num_threads = static_cast<int>(config.runtime.threads);
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
+                      worker::CreateRuntimeBackend(config.runtime));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Trainer> trainer,
                       worker::Trainer::Create(config, backend.get(), &world));
+  const worker::Layout& layout = trainer->layout();
   FB_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::BatchSource> data,
       worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step));
@@ -112,9 +108,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
   const bool json = flags.Has("json");
   const int64_t every = config.runtime.log_every;
   return trainer->Run(steps, *data, [&](const worker::StepRecord& r) {
-    if (world.rank() == 0 && LogThisStep(r, every, reg.total_steps)) {
-      PrintStepRecord(r, reg.total_steps, json);
-    }
+    if (world.rank() == 0 && LogThisStep(r, every)) PrintStepRecord(r, json);
   });
 }
 

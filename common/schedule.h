@@ -3,8 +3,8 @@
 // PassesAtFraction draws the pass count of a step from the phase that holds the step's budget
 // fraction (common/step_plan.h says where each step sits), with a generator seeded by (schedule
 // seed, step) alone: the same step always gets the same pass count, whichever process asks and
-// however often (restarts, re-leases). ModelFlopsPerToken counts DESIGN §1's model FLOPs: 6·N per
-// token per pass, plus attention.
+// however often (restarts, re-leases). ModelFlopsPerToken counts the model FLOPs of
+// docs/TRAINING.md: 6·N per token per pass, plus attention.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace fullband {
 // token, token-equivalent or FLOP budget (common/step_plan.h).
 int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step);
 
-// Number of parameters of the model (DESIGN Appendix A's weight table; tied embedding counted
+// Number of parameters of the model (the weight table of docs/MODEL.md; tied embedding counted
 // once).
 int64_t ModelParameterCount(const ModelConfig& model);
 

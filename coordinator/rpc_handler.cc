@@ -4,6 +4,7 @@
 
 #include "coordinator/proto_convert.h"
 #include "proto/config_convert.h"
+#include "proto/step_convert.h"
 
 namespace fullband::coordinator {
 namespace {
@@ -170,15 +171,7 @@ Status RpcHandler::LeaseBatches(std::string_view authorization,
   FB_ASSIGN_OR_RETURN(LeaseResult lease,
                       coordinator_->LeaseBatches(request.job_id(), request.incarnation(),
                                                  request.from_step(), request.count()));
-  for (const StepAssignment& a : lease.steps) {
-    proto::StepAssignment* out = response->add_steps();
-    out->set_step(a.step);
-    out->set_passes(a.passes);
-    out->set_sampler_cursor(a.sampler_cursor);
-    out->set_sequences(a.sequences);
-    out->set_seed(a.seed);
-    out->set_tokens(a.tokens);
-  }
+  for (const StepAssignment& a : lease.steps) *response->add_steps() = ToProto(a);
   response->set_budget_exhausted(lease.budget_exhausted);
   return OkStatus();
 }

@@ -37,4 +37,21 @@ Status Communicator::Broadcast(void* data, int64_t bytes, int root) {
 
 Status Communicator::Barrier() { return BarrierAsync()->Wait(timeout_); }
 
+StatusOr<std::string> BroadcastResult(Communicator& comm, int root,
+                                      const StatusOr<std::string>& value,
+                                      std::chrono::milliseconds timeout) {
+  std::string bytes;
+  int64_t header[2] = {0, 0};  // StatusCode, then the length of the bytes or of the message
+  if (comm.rank() == root) {
+    bytes = value.ok() ? *value : value.status().message();
+    header[0] = static_cast<int64_t>(value.status().code());
+    header[1] = static_cast<int64_t>(bytes.size());
+  }
+  FB_RETURN_IF_ERROR(comm.BroadcastAsync(header, sizeof(header), root)->Wait(timeout));
+  bytes.resize(static_cast<size_t>(header[1]));
+  FB_RETURN_IF_ERROR(comm.BroadcastAsync(bytes.data(), header[1], root)->Wait(timeout));
+  if (header[0] != 0) return Status(static_cast<StatusCode>(header[0]), std::move(bytes));
+  return bytes;
+}
+
 }  // namespace fullband::worker

@@ -94,4 +94,11 @@ class Communicator {
   std::chrono::milliseconds timeout_{60'000};
 };
 
+// Rank `root`'s `value` — bytes, or an error — on every rank, by two broadcasts (the status
+// code and length, then the bytes); `value` is read on the root only. Each broadcast waits at
+// most `timeout`. Errors: the root's error, on every rank; the communicator's.
+StatusOr<std::string> BroadcastResult(Communicator& comm, int root,
+                                      const StatusOr<std::string>& value,
+                                      std::chrono::milliseconds timeout);
+
 }  // namespace fullband::worker

@@ -29,13 +29,13 @@ GradientReducer::GradientReducer(const ParameterTable& table, float* grads, Comm
     while (i >= 0 && (floats == 0 || floats + specs[i].numel <= bucket_floats)) {
       floats += specs[i--].numel;
     }
+    const int first = i + 1;
     Bucket b;
-    b.first_spec = i + 1;
     b.specs = last - i;
-    b.begin = b.first_spec == 0 ? 0 : specs[b.first_spec].offset;
+    b.begin = first == 0 ? 0 : specs[first].offset;
     b.end = next_begin;
     next_begin = b.begin;
-    for (int j = b.first_spec; j <= last; ++j) bucket_of_[j] = static_cast<int>(buckets_.size());
+    for (int j = first; j <= last; ++j) bucket_of_[j] = static_cast<int>(buckets_.size());
     buckets_.push_back(std::move(b));
   }
 }

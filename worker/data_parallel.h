@@ -48,10 +48,10 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    int64_t begin = 0, end = 0;     // floats of the arena
-    int first_spec = 0, specs = 0;  // specs [first_spec, first_spec + specs) of the table
-    int pending = 0;                // specs not final yet this step
-    std::unique_ptr<Work> work;     // the all-reduce in flight
+    int64_t begin = 0, end = 0;  // floats of the arena
+    int specs = 0;               // parameters in the bucket
+    int pending = 0;             // of them, not final yet this step
+    std::unique_ptr<Work> work;  // the all-reduce in flight
   };
   void Start(Bucket& b);
 

@@ -43,6 +43,13 @@ double MeasurePeakGflops(ops::Backend& be) {
   return best;
 }
 
+StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime) {
+  ops::BackendOptions bo;
+  bo.device = runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
+  bo.num_threads = static_cast<int>(runtime.threads);
+  return ops::CreateBackend(bo);
+}
+
 StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank) {
   if (parallel.tp * parallel.dp != world_size) {
     return InvalidArgumentError("parallel: tp × dp = " + std::to_string(parallel.tp) + " × " +
@@ -98,7 +105,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
 }
 
 Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches,
-                        int64_t total_steps, StepRecord& rec) {
+                        StepRecord& rec) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t rows = batches.rows(), t = config_.data.seq_len;
   FB_RETURN_IF_ERROR(batches.Read(a, tokens_.data()));
@@ -132,7 +139,7 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   FB_RETURN_IF_ERROR(comm_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
                                       CommType::kF64, ReduceOp::kSum));
   const OptimizerStats os =
-      optimizer_->Step(model_->params(), model_->grads(), a.step, total_steps);
+      optimizer_->Step(model_->params(), model_->grads(), a.step, steps.total_steps());
   backend_->Synchronize();
   rec.total_loss = losses.back();
   losses.pop_back();
@@ -141,6 +148,7 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
                          std::to_string(a.step));
   }
   rec.step = a.step;
+  rec.total_steps = steps.total_steps();
   rec.passes = a.passes;
   rec.pass_loss = losses;
   rec.grad_norm = os.grad_norm;
@@ -161,7 +169,7 @@ StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
     FB_ASSIGN_OR_RETURN(std::optional<StepAssignment> a, steps.Next());
     if (!a.has_value()) break;
     StepRecord rec;
-    FB_RETURN_IF_ERROR(RunStep(*a, steps, batches, steps.total_steps(), rec));
+    FB_RETURN_IF_ERROR(RunStep(*a, steps, batches, rec));
     summary.tokens += a->tokens;
     summary.token_equivalents += a->tokens * a->passes;
     rec.tokens = summary.tokens;
@@ -191,15 +199,12 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step) {
   FB_RETURN_IF_ERROR(config.Validate());
   FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
-  FB_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(config.parallel, comm->size(), comm->rank()));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
-                      BatchSource::Open(config, layout.dp_rank, layout.dp, 0));
-  ops::BackendOptions bo;
-  bo.device = config.runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
-  bo.num_threads = static_cast<int>(config.runtime.threads);
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(bo));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, CreateRuntimeBackend(config.runtime));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(config, backend.get(), comm));
+  const Layout& layout = trainer->layout();
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
+                      BatchSource::Open(config, layout.dp_rank, layout.dp, 0));
   const Model& m = trainer->model();
   if (comm->rank() == 0) {
     FB_LOG(INFO) << "training " << m.table().CountParameters() << " parameters on "

@@ -31,7 +31,8 @@
 namespace fullband::worker {
 
 struct StepRecord {
-  int64_t step = 0;  // 0-based
+  int64_t step = 0;         // 0-based
+  int64_t total_steps = 0;  // of the whole run or job (the step source's)
   int64_t passes = 1;
   std::vector<double> pass_loss;  // global means
   double total_loss = 0;
@@ -59,6 +60,9 @@ struct TrainSummary {
 
 // The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
 double MeasurePeakGflops(ops::Backend& backend);
+
+// The backend that runtime.device and runtime.threads ask for.
+StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime);
 
 // The layout of the ranks of `world` for `config.parallel`: this rank's place in it.
 struct Layout {
@@ -96,8 +100,7 @@ class Trainer {
   Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
       : config_(config), backend_(backend), comm_(comm) {}
   // One step of this rank; fills everything of `rec` but the cumulative counts.
-  Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches,
-                 int64_t total_steps, StepRecord& rec);
+  Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
 
   Config config_;
   ops::Backend* backend_;

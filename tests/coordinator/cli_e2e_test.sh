@@ -6,14 +6,7 @@
 set -euo pipefail
 fullband=$1
 fake_worker=$2
-dir=$(mktemp -d)
-coordinator_pid=
-cleanup() {
-  [[ -n $coordinator_pid ]] && kill "$coordinator_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/e2e_lib.sh"
 
 cat > "$dir/coordinator.yaml" <<YAML
 listen: 127.0.0.1:0
@@ -34,15 +27,7 @@ launcher:
 YAML
 printf 'parallel:\n  tp: 3\n' > "$dir/bad.yaml"
 
-# The coordinator prints its port on its first line; read it from a pipe (no polling). It is
-# the child of the process substitution, not of this shell, so that subshell reports its exit
-# status on the same pipe.
-exec 3< <("$fullband" coordinator --config "$dir/coordinator.yaml" 2> "$dir/coordinator.err" &
-          echo "pid $!"; wait $!; echo "exit $?")
-read -r -u 3 _ coordinator_pid
-read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
-port=${line##* }
-export FULLBAND_COORDINATOR=127.0.0.1:$port
+start_coordinator "$fullband" "$dir/coordinator.yaml"
 
 out=$("$fullband" submit "$dir/job.yaml" --wait) || fail "submit --wait: $out"
 job=$(head -1 <<< "$out")

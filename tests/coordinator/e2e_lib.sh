@@ -1,0 +1,23 @@
+# Sourced by the end-to-end test scripts: a scratch directory `$dir` removed on exit (with the
+# coordinator, if still running), `fail MESSAGE`, and `start_coordinator FULLBAND CONFIG`.
+dir=$(mktemp -d)
+coordinator_pid=
+cleanup() {
+  [[ -n $coordinator_pid ]] && kill "$coordinator_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Runs `FULLBAND coordinator --config CONFIG` (stderr to $dir/coordinator.err) and exports
+# FULLBAND_COORDINATOR with the port it prints on its first line, read from a pipe (no
+# polling). The coordinator is the child of the process substitution, not of this shell, so
+# that subshell writes "exit N" on the same pipe (fd 3) when it ends.
+start_coordinator() {
+  exec 3< <("$1" coordinator --config "$2" 2> "$dir/coordinator.err" &
+            echo "pid $!"; wait $!; echo "exit $?")
+  read -r -u 3 _ coordinator_pid
+  local line
+  read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
+  export FULLBAND_COORDINATOR=127.0.0.1:${line##* }
+}
