@@ -4,11 +4,11 @@
 For K = 1 and K = 3 on the `small` model of bench/train_step.cc (V = 100,352, D = 512, L = 8,
 H = 8, T = 512, global batch 4), trains --steps steps three ways, interleaved --rounds times:
   one rank with 2 threads (`fullband train`, the baseline),
-  DP2: `mpirun -np 2 fullband train` with 1 thread per rank,
+  DP2: `mpirun -np 2 fullband train` with 1 thread per rank, ZeRO-1 off and on,
 and prints one JSON line per K with the median tokens/s of the steps after the first two, the
-ratio DP2 / one rank, and the fraction of DP communication hidden behind backward:
-1 − (exposed reduction time per step) / (time of the same all-reduce alone, allreduce_bench).
-Then the all-reduce bus bandwidth line of allreduce_bench at the gradients' size.
+ratios to one rank, the median fraction of the gradient bytes whose all-reduce completed before
+backward ended (hidden), and the median time waited for the reduction after backward. Then
+allreduce_bench's lines at 4 MiB (a bucket) and at the gradients' size.
 
 usage: bench/run_dp_bench.py [--build build] [--steps 6] [--rounds 2]
 """
@@ -19,10 +19,10 @@ MODEL = ("{vocab_size: 100352, eod_id: 100351, d_model: 512, n_layers: 8, n_head
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def config(path, tokens, k, dp, threads, steps):
+def config(path, tokens, k, dp, threads, steps, zero1):
     with open(path, "w") as f:
         f.write(f"""model: {MODEL}
-parallel: {{dp: {dp}}}
+parallel: {{dp: {dp}, zero1: {zero1}}}
 data: {{path: {tokens}, batch_size: 4, seq_len: 512}}
 optim: {{warmup_steps: 1}}
 schedule: {{steps: {steps}, phases: [{{until: 1.0, mix: {{{k}: 1.0}}}}]}}
@@ -52,37 +52,37 @@ def main():
         f.write(struct.pack("<%dI" % (1 << 20), *(rng.randrange(100351) for _ in range(1 << 20))))
     grad_mb = None
     for k in (1, 3):
-        one, dp2, exposed = [], [], []
+        tps = {"one": [], "dp2": [], "dp2_zero1": []}
+        exposed, hidden = [], []
         for _ in range(a.rounds):
-            c1, c2 = os.path.join(tmp, "one.yaml"), os.path.join(tmp, "dp2.yaml")
-            config(c1, tokens, k, 1, 2, a.steps)
-            config(c2, tokens, k, 2, 1, a.steps)
-            env1 = {"OMP_NUM_THREADS": "2"}
-            rows, params = run([fullband, "train", c1, "--json"], env1)
-            one += [r["tokens_per_s"] for r in rows]
-            rows, _ = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", fullband,
-                        "train", c2, "--json"], {**MPI_ENV, "OMP_NUM_THREADS": "1"})
-            dp2 += [r["tokens_per_s"] for r in rows]
-            exposed += [r["comm_exposed_s"] for r in rows]
-        if grad_mb is None:  # the gradients: 4 bytes a parameter
-            grad_mb = max(1, round(params * 4 / (1 << 20)))
-        ar = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
-                             os.path.join(a.build, "bench", "allreduce_bench"), "--mb",
-                             str(grad_mb), "--reps", "5"], env={**os.environ, **MPI_ENV},
-                            check=True, capture_output=True, text=True).stdout
-        ar = json.loads(ar.splitlines()[-1])
-        # bus bandwidth = 2·(n−1)/n · bytes / time, n = 2: time = bytes / bandwidth
-        alone_s = grad_mb * (1 << 20) / 1e9 / ar["communicator_gbps"]
-        hidden = 1 - statistics.median(exposed) / alone_s
+            for name, dp, threads, zero1 in (("one", 1, 2, "false"), ("dp2", 2, 1, "false"),
+                                             ("dp2_zero1", 2, 1, "true")):
+                c = os.path.join(tmp, name + ".yaml")
+                config(c, tokens, k, dp, threads, a.steps, zero1)
+                cmd = [fullband, "train", c, "--json"]
+                if dp > 1:
+                    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(dp)] + cmd
+                rows, params = run(cmd, {**MPI_ENV, "OMP_NUM_THREADS": str(threads)})
+                tps[name] += [r["tokens_per_s"] for r in rows]
+                if name == "one":
+                    grad_mb = grad_mb or max(1, round(params * 4 / (1 << 20)))
+                if name == "dp2":
+                    exposed += [r["comm_exposed_s"] for r in rows]
+                    hidden += [r["comm_hidden"] for r in rows]
+        med = {name: statistics.median(v) for name, v in tps.items()}
         print(json.dumps({"bench": "dp", "model": "small", "passes": k,
-                          "one_rank_2_threads_tokens_per_s": statistics.median(one),
-                          "dp2_tokens_per_s": statistics.median(dp2),
-                          "ratio": statistics.median(dp2) / statistics.median(one),
-                          "exposed_reduction_s": statistics.median(exposed),
-                          "reduction_alone_s": alone_s, "hidden_fraction": hidden}))
+                          "one_rank_2_threads_tokens_per_s": med["one"],
+                          "dp2_tokens_per_s": med["dp2"], "ratio": med["dp2"] / med["one"],
+                          "dp2_zero1_tokens_per_s": med["dp2_zero1"],
+                          "zero1_ratio": med["dp2_zero1"] / med["one"],
+                          "dp2_hidden_fraction": statistics.median(hidden),
+                          "dp2_exposed_reduction_s": statistics.median(exposed)}))
         sys.stdout.flush()
-    print(json.dumps(ar))
-
+    ar = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
+                         os.path.join(a.build, "bench", "allreduce_bench"), "--mb",
+                         f"4,{grad_mb}", "--reps", "7"], env={**os.environ, **MPI_ENV},
+                        check=True, capture_output=True, text=True).stdout
+    print(ar, end="")
 
 if __name__ == "__main__":
     main()

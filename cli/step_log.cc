@@ -13,9 +13,10 @@ void PrintStepRecord(const worker::StepRecord& r, bool json) {
     }
     std::printf(
         "], \"grad_norm\": %.4f, \"lr\": %.3e, \"tokens\": %ld, \"token_equivalents\": %ld, "
-        "\"step_s\": %.4f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"comm_exposed_s\": %.4f}\n",
+        "\"step_s\": %.4f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"comm_exposed_s\": %.4f, "
+        "\"comm_hidden\": %.3f}\n",
         r.grad_norm, r.lr, r.tokens, r.token_equivalents, r.step_seconds, r.tokens_per_s, r.mfu,
-        r.comm_exposed_seconds);
+        r.comm_exposed_seconds, r.comm_hidden_fraction);
   } else {
     std::printf("step %5ld/%ld  K=%ld  loss %.4f [", r.step + 1, r.total_steps, r.passes,
                 r.total_loss);

@@ -118,6 +118,7 @@ template <typename P, typename Visitor>
 void VisitParallelFields(P& p, Visitor&& visit) {
   visit("tp", p.tp);
   visit("dp", p.dp);
+  visit("zero1", p.zero1);
 }
 
 template <typename K, typename Visitor>

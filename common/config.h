@@ -148,6 +148,7 @@ struct RuntimeConfig {
 struct ParallelConfig {
   int64_t tp = 1;  // tensor-parallel ranks per group (consecutive ranks, one node)
   int64_t dp = 1;  // data-parallel groups
+  bool zero1 = false;  // ZeRO-1: AdamW moments sharded over the dp ranks (docs/PARALLEL.md)
 
   Status Validate() const;
   bool operator==(const ParallelConfig&) const = default;

@@ -62,6 +62,7 @@ Status ModelFromProto(const proto::ModelConfig& p, ModelConfig& m) {
 void ParallelFromProto(const proto::ParallelConfig& p, ParallelConfig& m) {
   FB_FROM_PROTO(tp);
   FB_FROM_PROTO(dp);
+  FB_FROM_PROTO(zero1);
 }
 
 void DataFromProto(const proto::DataConfig& p, DataConfig& m) {
@@ -308,6 +309,7 @@ proto::Config ToProto(const Config& config) {
   ModelToProto(config.model, out.mutable_model());
   out.mutable_parallel()->set_tp(config.parallel.tp);
   out.mutable_parallel()->set_dp(config.parallel.dp);
+  out.mutable_parallel()->set_zero1(config.parallel.zero1);
   DataToProto(config.data, out.mutable_data());
   OptimToProto(config.optim, out.mutable_optim());
   ScheduleToProto(config.schedule, out.mutable_schedule());

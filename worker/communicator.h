@@ -38,7 +38,8 @@ class Work {
  public:
   virtual ~Work() = default;
   // OK once the collective completed on this rank; DEADLINE_EXCEEDED after `timeout` without
-  // completion; UNAVAILABLE / INTERNAL for an error of the transport. Call at most once.
+  // completion (Wait may then be called again: Wait(0) asks whether it is done);
+  // UNAVAILABLE / INTERNAL for an error of the transport.
   [[nodiscard]] virtual Status Wait(std::chrono::milliseconds timeout) = 0;
 };
 

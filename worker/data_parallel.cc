@@ -48,6 +48,7 @@ void GradientReducer::BeginStep() {
   }
   exposed_seconds_ = 0;
   started_early_ = 0;
+  hidden_fraction_ = 0;
 }
 
 void GradientReducer::Start(Bucket& b) {
@@ -72,6 +73,13 @@ void GradientReducer::MarkFinal(int64_t begin, int64_t end) {
 }
 
 Status GradientReducer::Finish(std::chrono::milliseconds timeout) {
+  int64_t hidden = 0;
+  for (Bucket& b : buckets_) {
+    if (b.work != nullptr && b.work->Wait(std::chrono::milliseconds(0)).ok()) {
+      hidden += b.end - b.begin;
+    }
+  }
+  hidden_fraction_ = static_cast<double>(hidden) / static_cast<double>(table_.total_numel());
   for (Bucket& b : buckets_) {
     if (b.pending > 0) {
       b.pending = 0;

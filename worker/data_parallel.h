@@ -42,9 +42,12 @@ class GradientReducer {
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // Of the last step: seconds Finish spent waiting for reductions (communication not hidden
-  // behind backward), and how many buckets had started before Finish was called.
+  // behind backward, and any wait for a slower rank), how many buckets had started before
+  // Finish was called, and the fraction of the gradient bytes whose all-reduce had completed
+  // by then (hidden behind backward).
   double exposed_seconds() const { return exposed_seconds_; }
   int started_early() const { return started_early_; }
+  double hidden_fraction() const { return hidden_fraction_; }
 
  private:
   struct Bucket {
@@ -63,6 +66,7 @@ class GradientReducer {
   std::vector<bool> final_;     // per spec, this step
   double exposed_seconds_ = 0;
   int started_early_ = 0;
+  double hidden_fraction_ = 0;
 };
 
 }  // namespace fullband::worker

@@ -580,7 +580,14 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   }
   std::unique_ptr<Model> model(new Model(config, shape, backend));
   Impl& im = *model->impl_;
-  const size_t param_bytes = static_cast<size_t>(model->table_.total_numel()) * sizeof(float);
+  if (shape.param_multiple < 1) {
+    return InvalidArgumentError("model shape: param_multiple " +
+                                std::to_string(shape.param_multiple) + " must be >= 1");
+  }
+  // The arenas hold whole multiples of param_multiple floats; the tail past the table is zero.
+  const int64_t total = (model->table_.total_numel() + shape.param_multiple - 1) /
+                        shape.param_multiple * shape.param_multiple;
+  const size_t param_bytes = static_cast<size_t>(total) * sizeof(float);
   FB_ASSIGN_OR_RETURN(ops::Arena params, ops::Arena::Create(backend, param_bytes));
   FB_ASSIGN_OR_RETURN(ops::Arena grads, ops::Arena::Create(backend, param_bytes));
   Carver measure(nullptr, backend->device());
@@ -594,7 +601,6 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   CarveActivations(carve, config, shape, im.s, im.shared, im.passes);
   FB_CHECK_EQ(carve.bytes(), measure.bytes());
 
-  const int64_t total = model->table_.total_numel();
   model->params_all_ = im.params->TakeF32({total});
   model->grads_all_ = im.grads->TakeF32({total});
   const auto global = [&](const char* name, bool grad) {

@@ -35,6 +35,9 @@ struct ModelShape {
   int64_t max_seq = 1;    // T (inputs; a batch row holds T + 1 tokens)
   int max_passes = 1;     // K
   Recompute recompute = Recompute::kNone;
+  // The parameter and gradient arenas (params(), grads()) hold a multiple of this many floats,
+  // zero past the table's total_numel(): ZeRO-1 cuts them into equal shards.
+  int64_t param_multiple = 1;
 };
 
 // Note [Step draws]: the jitter and the prefix-mixin draws of batch row r in pass k come from

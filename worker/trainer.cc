@@ -85,14 +85,25 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   shape.max_seq = config.data.seq_len;
   shape.max_passes = static_cast<int>(config.schedule.MaxPasses());
   shape.recompute = config.runtime.recompute;
+  const bool zero1 = config.parallel.zero1;
+  if (zero1) shape.param_multiple = 16 * t->layout_.dp;  // equal, aligned shards
   FB_ASSIGN_OR_RETURN(t->model_, Model::Create(config.model, shape, backend));
   if (config.runtime.init_from.empty()) {
     t->model_->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
   } else {
     FB_RETURN_IF_ERROR(t->model_->LoadParameters(config.runtime.init_from));
   }
-  FB_ASSIGN_OR_RETURN(t->optimizer_, AdamW::Create(config.optim, t->model_->table(), backend));
-  if (t->layout_.dp > 1) {
+  if (zero1) {
+    t->shard_floats_ = t->model_->params().numel() / t->layout_.dp;
+    t->shard_begin_ = t->layout_.dp_rank * t->shard_floats_;
+    t->grad_shard_.resize(t->shard_floats_);
+    t->param_shard_.resize(t->shard_floats_);
+  }
+  FB_ASSIGN_OR_RETURN(t->optimizer_,
+                      zero1 ? AdamW::Create(config.optim, t->model_->table(), backend,
+                                            t->shard_begin_, t->shard_begin_ + t->shard_floats_)
+                            : AdamW::Create(config.optim, t->model_->table(), backend));
+  if (t->layout_.dp > 1 && !zero1) {
     t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
                                                     comm, kBucketBytes);
   }
@@ -132,14 +143,19 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   if (reducer_) {
     FB_RETURN_IF_ERROR(reducer_->Finish(comm_->timeout()));
     rec.comm_exposed_seconds = reducer_->exposed_seconds();
+    rec.comm_hidden_fraction = reducer_->hidden_fraction();
   }
   // Each rank's losses are its share of the global means: their sum over ranks is the mean.
   std::vector<double> losses = r.pass_loss;
   losses.push_back(r.total);
   FB_RETURN_IF_ERROR(comm_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
                                       CommType::kF64, ReduceOp::kSum));
-  const OptimizerStats os =
-      optimizer_->Step(model_->params(), model_->grads(), a.step, steps.total_steps());
+  OptimizerStats os;
+  if (config_.parallel.zero1) {
+    FB_ASSIGN_OR_RETURN(os, ShardedUpdate(a.step, steps.total_steps()));
+  } else {
+    os = optimizer_->Step(model_->params(), model_->grads(), a.step, steps.total_steps());
+  }
   backend_->Synchronize();
   rec.total_loss = losses.back();
   losses.pop_back();
@@ -158,6 +174,28 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   rec.model_flops = flops_per_token_ * static_cast<double>(a.tokens * a.passes);
   rec.mfu = rec.model_flops / rec.step_seconds / (peak_gflops_ * 1e9 * comm_->size());
   return steps.Done(a, rec.pass_loss, rec.step_seconds);
+}
+
+// Note [ZeRO-1]: every rank holds all parameters but the AdamW moments of one shard only, the
+// dp-th part [dp_rank·S, (dp_rank + 1)·S) of the (padded) arena. After backward the gradients
+// are reduce-scattered (each rank gets the summed gradients of its shard), the global norm is
+// the all-reduced sum of the shards' squares, each rank updates its shard, and the parameters
+// are all-gathered. Sums combine ranks in the same order as the all-reduce without ZeRO-1.
+StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_steps) {
+  const int64_t s = shard_floats_;
+  FB_RETURN_IF_ERROR(comm_->ReduceScatter(model_->grads().f32(), grad_shard_.data(), s,
+                                          CommType::kF32, ReduceOp::kSum));
+  const ops::Tensor grads = ops::Tensor::F32(grad_shard_.data(), {s}, backend_->device());
+  double squares = backend_->SumSquares(grads);
+  FB_RETURN_IF_ERROR(comm_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
+  const ops::Tensor params =
+      ops::Tensor::F32(model_->params().f32() + shard_begin_, {s}, backend_->device());
+  const OptimizerStats os =
+      optimizer_->StepRange(params, grads, step, total_steps, std::sqrt(squares));
+  std::copy(params.f32(), params.f32() + s, param_shard_.data());
+  FB_RETURN_IF_ERROR(
+      comm_->AllGather(param_shard_.data(), model_->params().f32(), s, CommType::kF32));
+  return os;
 }
 
 StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,

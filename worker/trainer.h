@@ -44,7 +44,8 @@ struct StepRecord {
   double tokens_per_s = 0;          // this step's global tokens / its wall time
   double model_flops = 0;           // this step's model FLOPs (global)
   double mfu = 0;                   // model FLOPs / time / (peak × ranks)
-  double comm_exposed_seconds = 0;  // gradient reduction not hidden behind backward
+  double comm_exposed_seconds = 0;  // waiting for the gradient reduction after backward
+  double comm_hidden_fraction = 0;  // of the gradient bytes, reduced before backward ended
 };
 
 struct TrainSummary {
@@ -101,6 +102,8 @@ class Trainer {
       : config_(config), backend_(backend), comm_(comm) {}
   // One step of this rank; fills everything of `rec` but the cumulative counts.
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
+  // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
+  StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
 
   Config config_;
   ops::Backend* backend_;
@@ -108,7 +111,10 @@ class Trainer {
   Layout layout_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<GradientReducer> reducer_;  // with dp > 1
+  std::unique_ptr<GradientReducer> reducer_;  // with dp > 1, without ZeRO-1
+  // ZeRO-1: this rank's shard of the arena, its summed gradients and a copy for the gather.
+  int64_t shard_begin_ = 0, shard_floats_ = 0;
+  std::vector<float> grad_shard_, param_shard_;
   std::vector<int32_t> tokens_;
   double peak_gflops_ = 0;
   double flops_per_token_ = 0;

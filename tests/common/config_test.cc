@@ -224,6 +224,7 @@ model:
 parallel:
   tp: 4
   dp: 2
+  zero1: true
 checkpoint:
   dir: /ckpt/run1
   every_steps: 200
@@ -244,6 +245,7 @@ launcher:
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->parallel.tp, 4);
   EXPECT_EQ(c->parallel.dp, 2);
+  EXPECT_TRUE(c->parallel.zero1);
   EXPECT_EQ(c->checkpoint.dir, "/ckpt/run1");
   EXPECT_EQ(c->checkpoint.every_steps, 200);
   EXPECT_EQ(c->checkpoint.keep, 5);
@@ -263,6 +265,7 @@ TEST(Config, CoordinatorSections_HaveDocumentedDefaults) {
   const Config c;
   EXPECT_EQ(c.parallel.tp, 1);
   EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_FALSE(c.parallel.zero1);
   EXPECT_EQ(c.checkpoint.every_steps, 1000);
   EXPECT_EQ(c.budget.kind, BudgetKind::kTokens);
   EXPECT_EQ(c.budget.amount, 0);

@@ -34,6 +34,7 @@ TEST(ConfigConvert, RoundTrip_PreservesEverySection) {
   c.model.n_kv_heads = 4;
   c.parallel.tp = 2;
   c.parallel.dp = 3;
+  c.parallel.zero1 = true;
   c.data.sources = {{"/data/web", 0.7}, {"/data/code", 0.3}};
   c.data.prefetch = 9;
   c.data.batch_size = 18;

@@ -1,9 +1,9 @@
 // Data parallelism against one rank (docs/PARALLEL.md): DP2 and DP4, ranks played by threads
 // over InProcessCommunicator, train the same global batches as one rank — K = 1, 2, 3 with
-// jitter and prefix mixin on, every recompute mode — and must agree on every pass's loss and
-// every parameter after 5 steps; a layout run twice is bitwise identical; the bytes each rank
-// hands to collectives per step are the analytic count; and the gradient buckets tile the
-// arena in backward order.
+// jitter and prefix mixin on, ZeRO-1 on and off, every recompute mode — and must agree on
+// every pass's loss and every parameter after 5 steps; a layout run twice is bitwise identical; the
+// bytes each rank hands to collectives per step are the analytic count; and the gradient buckets
+// tile the arena in backward order.
 #include "worker/data_parallel.h"
 
 #include <gtest/gtest.h>
@@ -34,8 +34,9 @@ std::string TokenFile() {
   return path;
 }
 
-Config TinyConfig(int64_t passes, Recompute recompute) {
+Config TinyConfig(int64_t passes, Recompute recompute, bool zero1 = false) {
   Config c;
+  c.parallel.zero1 = zero1;
   ModelConfig& m = c.model;
   m.vocab_size = 260;  // divisible by 4 ranks, should tensor parallelism want it
   m.eod_id = 256;
@@ -67,7 +68,7 @@ struct RankRun {
   std::string error;
   std::vector<std::vector<double>> losses;  // per step, per pass
   std::vector<float> params;
-  std::vector<int64_t> all_reduce_bytes;  // per step
+  std::vector<int64_t> all_reduce_bytes, reduce_scatter_bytes, all_gather_bytes;  // per step
 };
 
 // Trains `config` laid out as DP `dp`, one thread per rank.
@@ -88,11 +89,14 @@ std::vector<RankRun> TrainLayout(Config config, int dp) {
     StatusOr<std::unique_ptr<BatchSource>> data = BatchSource::Open(config, rank, dp, 0);
     if (!data.ok()) return fail(data.status());
     LocalStepSource steps(*StepPlan::Create(config), 0);
-    int64_t before = comm->traffic().all_reduce;
+    Communicator::Traffic before = comm->traffic();
     StatusOr<TrainSummary> s = (*t)->Run(steps, **data, [&](const StepRecord& r) {
+      const Communicator::Traffic& now = comm->traffic();
       o.losses.push_back(r.pass_loss);
-      o.all_reduce_bytes.push_back(comm->traffic().all_reduce - before);
-      before = comm->traffic().all_reduce;
+      o.all_reduce_bytes.push_back(now.all_reduce - before.all_reduce);
+      o.reduce_scatter_bytes.push_back(now.reduce_scatter - before.reduce_scatter);
+      o.all_gather_bytes.push_back(now.all_gather - before.all_gather);
+      before = now;
     });
     if (!s.ok()) return fail(s.status());
     const ops::Tensor p = (*t)->model().params();
@@ -119,8 +123,11 @@ double WorstRelativeDiff(const ParameterTable& table, const std::vector<float>& 
   return worst;
 }
 
+// `c` laid out as DP `dp` against one rank without ZeRO-1.
 void ExpectSameTraining(const Config& c, int dp) {
-  const std::vector<RankRun> one = TrainLayout(c, 1), many = TrainLayout(c, dp);
+  Config alone = c;
+  alone.parallel.zero1 = false;
+  const std::vector<RankRun> one = TrainLayout(alone, 1), many = TrainLayout(c, dp);
   ASSERT_EQ(one[0].error, "");
   for (const RankRun& r : many) ASSERT_EQ(r.error, "");
   ASSERT_EQ(one[0].losses.size(), 5u);
@@ -140,19 +147,24 @@ void ExpectSameTraining(const Config& c, int dp) {
   }
 }
 
-TEST(DataParallel, DP2AndDP4_TrainLikeOneRank_ForEveryPassCount) {
-  for (int64_t k : {1, 2, 3}) {
-    for (int dp : {2, 4}) {
-      SCOPED_TRACE("K = " + std::to_string(k) + ", DP" + std::to_string(dp));
-      ExpectSameTraining(TinyConfig(k, Recompute::kNone), dp);
+TEST(DataParallel, DP2AndDP4_TrainLikeOneRank_ForEveryPassCount_WithAndWithoutZero1) {
+  for (bool zero1 : {false, true}) {
+    for (int64_t k : {1, 2, 3}) {
+      for (int dp : {2, 4}) {
+        SCOPED_TRACE("K = " + std::to_string(k) + ", DP" + std::to_string(dp) +
+                     (zero1 ? ", ZeRO-1" : ""));
+        ExpectSameTraining(TinyConfig(k, Recompute::kNone, zero1), dp);
+      }
     }
   }
 }
 
 TEST(DataParallel, DP2_TrainsLikeOneRank_InEveryRecomputeMode) {
   for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
-    SCOPED_TRACE(std::string(RecomputeName(mode)));
-    ExpectSameTraining(TinyConfig(3, mode), 2);
+    for (bool zero1 : {false, true}) {
+      SCOPED_TRACE(std::string(RecomputeName(mode)) + (zero1 ? ", ZeRO-1" : ""));
+      ExpectSameTraining(TinyConfig(3, mode, zero1), 2);
+    }
   }
 }
 
@@ -181,6 +193,24 @@ TEST(DataParallel, BytesPerStep_AreTheAnalyticCount) {
   }
 }
 
+TEST(DataParallel, BytesPerStepUnderZero1_AreTheAnalyticCount) {
+  // docs/PARALLEL.md: the gradients are reduce-scattered and the parameters all-gathered, each
+  // 4 · P bytes of the arena padded to P, a multiple of 16 · dp floats; the all-reduces carry
+  // the target count, the squared norm and the losses.
+  const int64_t k = 2;
+  const Config c = TinyConfig(k, Recompute::kNone, /*zero1=*/true);
+  const int64_t numel = ParameterTable::Build(c.model).total_numel();
+  const int64_t padded = (numel + 63) / 64 * 64;  // 16 · 4 ranks
+  for (const RankRun& r : TrainLayout(c, 4)) {
+    ASSERT_EQ(r.error, "");
+    for (size_t s = 0; s < r.all_reduce_bytes.size(); ++s) {
+      EXPECT_EQ(r.all_reduce_bytes[s], 8 + 8 + 8 * (k + 1));
+      EXPECT_EQ(r.reduce_scatter_bytes[s], 4 * padded);
+      EXPECT_EQ(r.all_gather_bytes[s], 4 * padded);
+    }
+  }
+}
+
 TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
   const Config c = TinyConfig(1, Recompute::kNone);
   const ParameterTable table = ParameterTable::Build(c.model);
@@ -203,6 +233,13 @@ TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
   EXPECT_GE(reducer.started_early(), 1);
   ASSERT_TRUE(reducer.Finish(std::chrono::seconds(5)).ok());
   EXPECT_EQ(one[0]->traffic().all_reduce - before, 4 * table.total_numel());
+  // One rank alone completes each reduction as it starts: the layers' buckets were hidden,
+  // the embedding's (started by Finish) was not.
+  EXPECT_GT(reducer.hidden_fraction(), 0.0);
+  EXPECT_LT(reducer.hidden_fraction(), 1.0);
+  reducer.BeginStep();
+  ASSERT_TRUE(reducer.Finish(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(reducer.hidden_fraction(), 0.0);  // nothing was final before Finish
 }
 
 TEST(Layout, WorldThatIsNotTpTimesDp_IsRefusedByName) {
