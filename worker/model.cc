@@ -1,6 +1,6 @@
-// The K-pass step. Reading order: activation layout (Carver, LayerActs, PassActs, Scratch and
-// Note [Activation layout]), the layer's attention and FFN halves as forward/backward pairs, the
-// input stage (pass 1 / feedback fusion), then Step().
+// The model and its K-pass step. The activation layout is in worker/activations.h, the layer's
+// attention and FFN halves as forward/backward pairs in worker/layers.h; here are the input
+// stage (pass 1 / feedback fusion), the parameter views and files, and Step().
 #include "worker/model.h"
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "ops/readout_loss.h"
+#include "worker/activations.h"
+#include "worker/layers.h"
 
 namespace fullband::worker {
 
@@ -48,443 +50,6 @@ Rng StepDrawRng(uint64_t seed, int pass, int64_t row, int kind) {
 
 namespace {
 
-// Carves tensors out of one block of the activation arena by a bump offset, or (with a null
-// base) only measures how many bytes they need. Overlay() lays tensors whose lifetimes are
-// disjoint over the same bytes (Note [Activation layout]); every view stays 64-byte aligned.
-class Carver {
- public:
-  Carver(char* base, ops::Device device) : base_(base), device_(device) {}
-  Tensor Take(DType dtype, Shape shape) {
-    const size_t start = (offset_ + kAlign - 1) / kAlign * kAlign;
-    offset_ = start + static_cast<size_t>(shape.numel()) * ops::DTypeSize(dtype);
-    end_ = std::max(end_, offset_);
-    return Tensor(base_ == nullptr ? nullptr : base_ + start, dtype, shape, device_);
-  }
-  Tensor F32(Shape shape) { return Take(DType::kF32, shape); }
-  // Carves every alternative from the same offset and continues past the largest one.
-  void Overlay(std::initializer_list<std::function<void()>> alternatives) {
-    const size_t start = offset_;
-    size_t end = start;
-    for (const std::function<void()>& carve : alternatives) {
-      offset_ = start;
-      carve();
-      end = std::max(end, offset_);
-    }
-    offset_ = end;
-  }
-  size_t bytes() const { return end_; }
-
- private:
-  static constexpr size_t kAlign = 64;
-  char* base_;
-  ops::Device device_;
-  size_t offset_ = 0, end_ = 0;
-};
-
-// A view of the first shape.numel() floats of `t` (two shapes over one buffer).
-Tensor View(Tensor t, Shape shape) {
-  FB_CHECK_LE(shape.numel(), t.numel());
-  return Tensor(t.data, DType::kF32, shape, t.device);
-}
-
-// The parameters of one layer (views into the parameter or the gradient arena).
-struct LayerParams {
-  Tensor attn_norm, wq, wk, wv, q_norm, k_norm, wgate, wo, ffn_norm, w1, w3, w2;
-};
-
-// What one layer's forward keeps for its backward, and the attention backward's scratch.
-// N = B·T rows.
-struct LayerActs {
-  // Attention half.
-  Tensor a, rstd_a;            // (N, D), (N): attention-norm output
-  Tensor q_raw, rstd_q, q;     // (N, H, Dh) projection, (N·H), normed + rotated
-  Tensor k_raw, rstd_k, k, v;  // (N, Hkv, Dh) ...
-  Tensor o, lse;               // (N, H, Dh) attention output, (B, H, T)
-  Tensor gate, og;             // (N, H) gate logits, (N, H, Dh) gated output
-  // FFN half. The backward overwrites s, g1 and g3 with their own gradients.
-  Tensor x_mid;      // (N, D) residual after attention
-  Tensor m, rstd_m;  // (N, D), (N): ffn-norm output
-  Tensor g1, g3, s;  // (N, F): gate, up, swiglu
-  // Attention backward, over the FFN half (dead by then). dog is og itself with attn_gate.
-  Tensor dog, dgate;  // (N, H, Dh), (N, H)
-  Tensor dk, dv;      // (N, Hkv, Dh)
-};
-
-void CarveAttentionHalf(Carver& c, const ModelConfig& m, int64_t b, int64_t t, LayerActs& x) {
-  const int64_t n = b * t, h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim;
-  x.a = c.F32({n, m.d_model});
-  x.rstd_a = c.F32({n});
-  x.q_raw = c.F32({n, h, dh});
-  x.rstd_q = c.F32({n * h});
-  x.q = c.F32({n, h, dh});
-  x.k_raw = c.F32({n, kv, dh});
-  x.rstd_k = c.F32({n * kv});
-  x.k = c.F32({n, kv, dh});
-  x.v = c.F32({n, kv, dh});
-  x.o = c.F32({n, h, dh});
-  x.lse = c.F32({b, h, t});
-  x.gate = c.F32({n, h});
-  x.og = c.F32({n, h, dh});
-}
-
-// `ffn`: whether to carve g1, g3 and s (selective recomputation shares them instead).
-void CarveFfnHalf(Carver& c, const ModelConfig& m, int64_t n, bool ffn, LayerActs& x) {
-  x.x_mid = c.F32({n, m.d_model});
-  x.m = c.F32({n, m.d_model});
-  x.rstd_m = c.F32({n});
-  if (ffn) {
-    x.g1 = c.F32({n, m.ffn_dim});
-    x.g3 = c.F32({n, m.ffn_dim});
-    x.s = c.F32({n, m.ffn_dim});
-  }
-}
-
-void CarveAttentionGrads(Carver& c, const ModelConfig& m, int64_t n, LayerActs& x) {
-  const int64_t h = m.n_heads, kv = m.n_kv_heads, dh = m.head_dim;
-  x.dog = m.attn_gate ? x.og : c.F32({n, h, dh});
-  x.dgate = c.F32({n, h});
-  x.dk = c.F32({n, kv, dh});
-  x.dv = c.F32({n, kv, dh});
-}
-
-// One pass. Under `full`, x[0], x[L], value, u and every LayerActs are shared scratch.
-struct PassActs {
-  std::vector<Tensor> x;          // L + 1 tensors (N, D): x[l] enters layer l, x[L] is the top
-  std::vector<LayerActs> layers;  // L
-  Tensor rstd_in, rstd_f;         // (N): norm_in of the pass input, the final norm
-  Tensor dh;  // (N, D) gradient at h: the readout's (written in forward) + post-norm feedback
-  // Feedback passes (k >= 2) only.
-  Tensor shifted, value, u;  // (N, D): shift(ĥ), shift(ĥ) W_uᵀ, the fused input before norm_in
-  Tensor plain;              // (N) u8
-};
-
-// Step-wide tensors. The forward-only and the backward-only ones share bytes.
-struct Scratch {
-  Tensor tokens, targets;    // (N) i32
-  Tensor row_loss, row_lse;  // (N) readout scratch
-  Tensor e;                  // (N, D) token embeddings
-  Tensor gate_fb, rstd_g;    // (N, D) RMSNorm(e; norm_g) W_gᵀ, (N)              [K >= 2]
-  // Forward only.
-  Tensor h;          // (N, D) latest pass's top state; ĥ of the next pass (jitter added in place)
-  Tensor branch;     // (N, D) a residual branch's output; jitter upload
-  Tensor ng;         // (N, D) RMSNorm(e; norm_g)                                     [K >= 2]
-  Tensor logits;     // (rows, V) readout chunk (under `full`, in the layer scratch)
-  Tensor x0, x_top;  // (N, D) the current pass's x[0] and x[L]                       [full]
-  // Backward only.
-  Tensor dx;                 // (N, D) gradient flowing down the residual stream
-  Tensor dbranch, dout_att;  // (N, D) a branch's gradient; (N, H, Dh) over the same bytes
-  Tensor dxn, dq;            // (N, D) a norm's input gradient; (N, H, Dh) over the same bytes
-  Tensor da, du;             // (N, D)
-  Tensor de, dg_fb;          // (N, D) gradients at e and at gate_fb, summed over passes
-  Tensor dxl;                // (N, D) gradient at x_L from the next pass      [pre_norm, K >= 2]
-};
-
-// Note [Activation layout]: one arena, carved once by CarveActivations() (the table), with
-// tensors whose lifetimes are disjoint laid over the same bytes by Carver::Overlay():
-// - Forward-only tensors (h, branch, ng, logits, x0, x_top) over backward-only ones (dx, …,
-//   dg_fb): the first backward write follows the last forward read.
-// - In every layer, the attention backward's scratch (dgate, dk, dv; dog too without the gate,
-//   with it dog overwrites og) over the FFN half (x_mid, m, g1, g3, s), which the FFN
-//   backward, run first, is the last to read. dout_att and dq live in dbranch and dxn, whose
-//   contents are dead when they are written. The FFN backward writes ds, dg1 and dg3 over s,
-//   g1 and g3 (each read for the last time just before).
-// - Under `full`, one LayerActs serves every layer and pass, and its attention half (with its
-//   gradient scratch) lies over its FFN half: the backward of a layer recomputes the attention
-//   half twice, once for x_mid and once after the FFN backward (Note [Recomputation]). The
-//   readout's logits chunk and the feedback input stage (value, u) lie there too, as they are
-//   used only between layers. x[0] and x[L] are recomputed in backward into du and dxn.
-// Pass 1 carves no feedback tensors.
-// How much this saves: docs/PERF.md (training step).
-
-constexpr float kEps = 1e-6f;
-// Note [Readout chunk]: the readout (ops/readout_loss.h) runs in chunks of rows whose logits
-// take at most kReadoutChunkFloats. Each chunk streams the whole (V, D) embedding through three
-// GEMMs and reads and writes all of dE, and a chunk's rows are the inner dimension of the dE
-// GEMM, so larger chunks are faster: on small (V = 100,352) one pass's readout took 6.35 s in
-// chunks of 64 rows, 5.64 s in 128 and 5.52 s in 256 (medians of 7 interleaved runs, Zen 3).
-// Under `full` the chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of
-// `none`. The budget gives small those 128 rows and tiny (V = 4,096) its whole batch. The chunk
-// depends on the model and batch only, the same in every recomputation mode, so that they stay
-// bit-identical (dE is summed chunk by chunk).
-constexpr int64_t kReadoutChunkFloats = int64_t{128} * 100352;
-
-int64_t ReadoutChunkRows(int64_t vocab_size, int64_t rows) {
-  return std::min(rows, std::max<int64_t>(64, kReadoutChunkFloats / vocab_size));
-}
-
-// Lays out every activation and scratch tensor of a step; with a measuring Carver this only
-// computes the arena size.
-void CarveActivations(Carver& c, const ModelConfig& m, const ModelShape& shape, Scratch& s,
-                      LayerActs& shared, std::vector<PassActs>& passes) {
-  const int64_t b = shape.max_batch, t = shape.max_seq, n = b * t, d = m.d_model;
-  const int64_t h = m.n_heads, dh = m.head_dim;
-  const int64_t wide = std::max(d, h * dh);  // dbranch / dout_att and dxn / dq
-  const bool feedback = shape.max_passes >= 2;
-  const bool full = shape.recompute == Recompute::kFull;
-  const bool selective = shape.recompute == Recompute::kSelective;
-  const Shape logits_shape{ReadoutChunkRows(m.vocab_size, n), ops::LogitsPitch(m.vocab_size)};
-  s.tokens = c.Take(DType::kI32, {n});
-  s.targets = c.Take(DType::kI32, {n});
-  s.row_loss = c.F32({n});
-  s.row_lse = c.F32({n});
-  s.e = c.F32({n, d});
-  if (feedback) {
-    s.gate_fb = c.F32({n, d});
-    s.rstd_g = c.F32({n});
-  }
-  c.Overlay({[&] {  // forward only
-               s.h = c.F32({n, d});
-               s.branch = c.F32({n, d});
-               if (feedback) s.ng = c.F32({n, d});
-               if (!full) s.logits = c.F32(logits_shape);
-               if (full) {
-                 s.x0 = c.F32({n, d});
-                 s.x_top = c.F32({n, d});
-               }
-             },
-             [&] {  // backward only
-               s.dx = c.F32({n, d});
-               const Tensor db = c.F32({n, wide}), dn = c.F32({n, wide});
-               s.dbranch = View(db, {n, d});
-               s.dout_att = View(db, {n, h, dh});
-               s.dxn = View(dn, {n, d});
-               s.dq = View(dn, {n, h, dh});
-               s.da = c.F32({n, d});
-               s.du = c.F32({n, d});
-               s.de = c.F32({n, d});
-               if (feedback) s.dg_fb = c.F32({n, d});
-               if (feedback && m.feedback_state == FeedbackState::kPreNorm) s.dxl = c.F32({n, d});
-             }});
-
-  // The recomputation scratch: under `full` one whole layer, under `selective` the FFN.
-  Tensor shared_value, shared_u;
-  if (full) {
-    c.Overlay({[&] {
-                 CarveAttentionHalf(c, m, b, t, shared);
-                 CarveAttentionGrads(c, m, n, shared);
-               },
-               [&] { CarveFfnHalf(c, m, n, /*ffn=*/true, shared); },
-               [&] { s.logits = c.F32(logits_shape); },
-               [&] {
-                 if (!feedback) return;
-                 shared_value = c.F32({n, d});
-                 shared_u = c.F32({n, d});
-               }});
-  } else if (selective) {
-    c.Overlay({[&] {
-                 shared.g1 = c.F32({n, m.ffn_dim});
-                 shared.g3 = c.F32({n, m.ffn_dim});
-                 shared.s = c.F32({n, m.ffn_dim});
-               },
-               [&] { CarveAttentionGrads(c, m, n, shared); }});
-  }
-
-  passes.assign(shape.max_passes, PassActs{});
-  for (int k = 1; k <= shape.max_passes; ++k) {
-    PassActs& p = passes[k - 1];
-    for (int64_t l = 0; l <= m.n_layers; ++l) {
-      if (full && l == 0) {
-        p.x.push_back(s.x0);
-      } else if (full && l == m.n_layers) {
-        p.x.push_back(s.x_top);
-      } else {
-        p.x.push_back(c.F32({n, d}));
-      }
-    }
-    for (int64_t l = 0; l < m.n_layers; ++l) {
-      if (full) {
-        p.layers.push_back(shared);
-        continue;
-      }
-      LayerActs a;
-      CarveAttentionHalf(c, m, b, t, a);
-      if (selective) {
-        CarveFfnHalf(c, m, n, /*ffn=*/false, a);
-        a.g1 = shared.g1;
-        a.g3 = shared.g3;
-        a.s = shared.s;
-        a.dog = m.attn_gate ? a.og : shared.dog;
-        a.dgate = shared.dgate;
-        a.dk = shared.dk;
-        a.dv = shared.dv;
-      } else {
-        c.Overlay({[&] { CarveFfnHalf(c, m, n, /*ffn=*/true, a); },
-                   [&] { CarveAttentionGrads(c, m, n, a); }});
-      }
-      p.layers.push_back(a);
-    }
-    p.rstd_in = c.F32({n});
-    p.rstd_f = c.F32({n});
-    p.dh = c.F32({n, d});
-    if (k >= 2) {
-      p.shifted = c.F32({n, d});
-      p.plain = c.Take(DType::kU8, {n});
-      p.value = full ? shared_value : c.F32({n, d});
-      p.u = full ? shared_u : c.F32({n, d});
-    }
-  }
-}
-
-// out (N, O) = in (N, I) wᵀ with w (O, I).
-void Linear(Backend& be, Tensor out, Tensor in, Tensor w) {
-  const int64_t o = w.dim(0), i = w.dim(1), n = in.numel() / i;
-  FB_CHECK_EQ(out.numel(), n * o);
-  be.Gemm(false, true, n, o, i, 1.0f, in.f32(), i, w.f32(), i, 0.0f, out.f32(), o);
-}
-// din (N, I) = beta·din + dout (N, O) w.
-void LinearBackwardInput(Backend& be, Tensor din, Tensor dout, Tensor w, float beta) {
-  const int64_t o = w.dim(0), i = w.dim(1), n = dout.numel() / o;
-  FB_CHECK_EQ(din.numel(), n * i);
-  be.Gemm(false, false, n, i, o, 1.0f, dout.f32(), o, w.f32(), i, beta, din.f32(), i);
-}
-// dw (O, I) += doutᵀ in.
-void LinearBackwardWeight(Backend& be, Tensor dw, Tensor dout, Tensor in) {
-  const int64_t o = dw.dim(0), i = dw.dim(1), n = dout.numel() / o;
-  FB_CHECK_EQ(in.numel(), n * i);
-  be.Gemm(true, false, o, i, n, 1.0f, dout.f32(), o, in.f32(), i, 1.0f, dw.f32(), i);
-}
-void CopyTensor(Backend& be, Tensor dst, Tensor src) {
-  FB_CHECK_EQ(dst.numel(), src.numel());
-  be.Copy(dst.data, src.data, src.bytes());
-}
-
-struct Dims {
-  int64_t b, t, n, d, h, kv, dh, f, l;
-  float r;  // residual branch scale
-};
-
-Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t) {
-  return Dims{
-      b,          t,
-      b * t,      m.d_model,
-      m.n_heads,  m.n_kv_heads,
-      m.head_dim, m.ffn_dim,
-      m.n_layers, m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f};
-}
-
-// Note [Recomputation]: with `selective`, g1, g3 and s of every layer share one scratch and
-// are recomputed from the saved ffn-norm output m in backward (two GEMMs and a SwiGLU). With
-// `full`, a pass keeps only x[1..L-1] (and its feedback input shift(ĥ)); the backward of pass k
-// first recomputes the input stage (x[0]), then for each layer, top down: the attention half
-// (for x_mid), the FFN half (its output only for the top layer, whose x[L] the final norm's
-// backward needs), the FFN backward, the attention half again without its output projection,
-// and the attention backward. Every recomputation repeats the forward's operations on the same
-// inputs, so all three modes give the same gradients bit for bit.
-void RecomputeFfn(Backend& be, const LayerParams& p, const LayerActs& a) {
-  Linear(be, a.g1, a.m, p.w1);
-  Linear(be, a.g3, a.m, p.w3);
-  be.SwiGluForward(a.s, a.g1, a.g3);
-}
-
-// Attention half of `layer` on x_in: the saved state in `a` and, with `project`,
-// x_mid = x_in + r · (gated attention) Woᵀ (branch: the projection's output).
-void AttentionHalfForward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
-                          const LayerActs& a, Tensor x_in, Tensor branch, int64_t layer,
-                          bool project) {
-  be.RmsNormForward(a.a, a.rstd_a, x_in, p.attn_norm, kEps);
-  Linear(be, a.q_raw, a.a, p.wq);
-  Linear(be, a.k_raw, a.a, p.wk);
-  Linear(be, a.v, a.a, p.wv);
-  if (cfg.qk_norm) {
-    be.RmsNormForward(a.q.Reshape({d.n * d.h, d.dh}), a.rstd_q, a.q_raw.Reshape({d.n * d.h, d.dh}),
-                      p.q_norm, kEps);
-    be.RmsNormForward(a.k.Reshape({d.n * d.kv, d.dh}), a.rstd_k,
-                      a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm, kEps);
-  } else {
-    CopyTensor(be, a.q, a.q_raw);
-    CopyTensor(be, a.k, a.k_raw);
-  }
-  const float theta = static_cast<float>(cfg.rope_theta);
-  const Tensor q4 = a.q.Reshape({d.b, d.t, d.h, d.dh}), k4 = a.k.Reshape({d.b, d.t, d.kv, d.dh});
-  be.RopeForward(q4, q4, theta);
-  be.RopeForward(k4, k4, theta);
-  ops::AttentionOptions ao;
-  ao.window = cfg.IsFullAttentionLayer(layer) ? 0 : cfg.window;
-  be.AttentionForward(a.o.Reshape({d.b, d.t, d.h, d.dh}), a.lse, q4, k4,
-                      a.v.Reshape({d.b, d.t, d.kv, d.dh}), ao);
-  Tensor att = a.o;
-  if (cfg.attn_gate) {
-    Linear(be, a.gate, a.a, p.wgate);
-    be.HeadGateForward(a.og, a.o, a.gate);
-    att = a.og;
-  }
-  if (!project) return;
-  Linear(be, branch, att, p.wo);
-  // Under `full`, x_mid lies over the attention half, dead from here on.
-  CopyTensor(be, a.x_mid, x_in);
-  be.ResidualForward(a.x_mid, branch, d.r);
-}
-
-// FFN half from a.x_mid: m, g1, g3, s and, unless x_out is empty,
-// x_out = x_mid + r · s W2ᵀ (branch: the projection's output).
-void FfnHalfForward(Backend& be, const Dims& d, const LayerParams& p, const LayerActs& a,
-                    Tensor x_out, Tensor branch) {
-  be.RmsNormForward(a.m, a.rstd_m, a.x_mid, p.ffn_norm, kEps);
-  RecomputeFfn(be, p, a);
-  if (x_out.empty()) return;
-  Linear(be, branch, a.s, p.w2);
-  CopyTensor(be, x_out, a.x_mid);
-  be.ResidualForward(x_out, branch, d.r);
-}
-
-// s.dx: the gradient at the layer's output on entry, at x_mid on return.
-void FfnHalfBackward(Backend& be, const Dims& d, const LayerParams& p, const LayerParams& g,
-                     const LayerActs& a, const Scratch& s) {
-  be.ResidualBackward(s.dbranch, s.dx, d.r);
-  LinearBackwardWeight(be, g.w2, s.dbranch, a.s);
-  LinearBackwardInput(be, a.s, s.dbranch, p.w2, 0.0f);  // a.s now holds ds
-  be.SwiGluBackward(a.g1, a.g3, a.s, a.g1, a.g3);       // g1, g3 now hold dg1, dg3
-  LinearBackwardInput(be, s.da, a.g1, p.w1, 0.0f);
-  LinearBackwardInput(be, s.da, a.g3, p.w3, 1.0f);
-  LinearBackwardWeight(be, g.w1, a.g1, a.m);
-  LinearBackwardWeight(be, g.w3, a.g3, a.m);
-  be.RmsNormBackward(s.dxn, g.ffn_norm, s.da, a.x_mid, p.ffn_norm, a.rstd_m);
-  be.ResidualForward(s.dx, s.dxn, 1.0f);
-}
-
-// s.dx: the gradient at x_mid on entry, at x_in on return.
-void AttentionHalfBackward(Backend& be, const ModelConfig& cfg, const Dims& d, const LayerParams& p,
-                           const LayerParams& g, const LayerActs& a, Tensor x_in, const Scratch& s,
-                           int64_t layer) {
-  be.ResidualBackward(s.dbranch, s.dx, d.r);
-  const Tensor att = cfg.attn_gate ? a.og : a.o;
-  LinearBackwardWeight(be, g.wo, s.dbranch, att);
-  LinearBackwardInput(be, a.dog, s.dbranch, p.wo, 0.0f);  // with the gate, over og
-  Tensor datt = a.dog;
-  float da_beta = 0.0f;
-  if (cfg.attn_gate) {
-    be.HeadGateBackward(s.dout_att, a.dgate, a.dog, a.o, a.gate);  // over dbranch
-    LinearBackwardWeight(be, g.wgate, a.dgate, a.a);
-    LinearBackwardInput(be, s.da, a.dgate, p.wgate, 0.0f);
-    datt = s.dout_att;
-    da_beta = 1.0f;
-  }
-  ops::AttentionOptions ao;
-  ao.window = cfg.IsFullAttentionLayer(layer) ? 0 : cfg.window;
-  const Tensor dq4 = s.dq.Reshape({d.b, d.t, d.h, d.dh});  // over dxn
-  const Tensor dk4 = a.dk.Reshape({d.b, d.t, d.kv, d.dh});
-  be.AttentionBackward(dq4, dk4, a.dv.Reshape({d.b, d.t, d.kv, d.dh}),
-                       datt.Reshape({d.b, d.t, d.h, d.dh}), a.q.Reshape({d.b, d.t, d.h, d.dh}),
-                       a.k.Reshape({d.b, d.t, d.kv, d.dh}), a.v.Reshape({d.b, d.t, d.kv, d.dh}),
-                       a.o.Reshape({d.b, d.t, d.h, d.dh}), a.lse, ao);
-  const float theta = static_cast<float>(cfg.rope_theta);
-  be.RopeBackward(dq4, dq4, theta);
-  be.RopeBackward(dk4, dk4, theta);
-  if (cfg.qk_norm) {  // in place: gradients at q_raw and k_raw
-    const Tensor dqr = s.dq.Reshape({d.n * d.h, d.dh}), dkr = a.dk.Reshape({d.n * d.kv, d.dh});
-    be.RmsNormBackward(dqr, g.q_norm, dqr, a.q_raw.Reshape({d.n * d.h, d.dh}), p.q_norm, a.rstd_q);
-    be.RmsNormBackward(dkr, g.k_norm, dkr, a.k_raw.Reshape({d.n * d.kv, d.dh}), p.k_norm, a.rstd_k);
-  }
-  LinearBackwardWeight(be, g.wq, s.dq, a.a);
-  LinearBackwardWeight(be, g.wk, a.dk, a.a);
-  LinearBackwardWeight(be, g.wv, a.dv, a.a);
-  LinearBackwardInput(be, s.da, s.dq, p.wq, da_beta);
-  LinearBackwardInput(be, s.da, a.dk, p.wk, 1.0f);
-  LinearBackwardInput(be, s.da, a.dv, p.wv, 1.0f);
-  be.RmsNormBackward(s.dxn, g.attn_norm, s.da, x_in, p.attn_norm, a.rstd_a);  // dq is dead
-  be.ResidualForward(s.dx, s.dxn, 1.0f);  // the gradient at x_in
-}
-
 // h (rows of T·D) += ξ, ξ ~ U(-jitter, jitter): row r's drawn in order from its own generator
 // (Note [Step draws]) on the host and uploaded into `staging` a bounded piece at a time (a
 // whole (N, D) host buffer would add to the peak memory).
@@ -511,6 +76,18 @@ void AddJitter(Backend& be, Tensor h, Tensor staging, int64_t rows, double jitte
 // ---------------------------------------------------------------------------------------------
 
 struct Model::Impl {
+  struct StepState;
+  Status Upload(const int32_t* tokens, StepState& st, int64_t* counted);
+  void InputStage(int k, const PassActs& p, Tensor x0);
+  void FeedbackInput(int k, const StepState& st, PassActs& p, StepResult& result);
+  void Forward(const StepState& st, StepResult& result);
+  void LayersBackward(int k, const StepState& st, const PassActs& p, const std::vector<Tensor>& x);
+  void InputBackward(int k, const StepState& st, const PassActs& p);
+  void Backward(const StepState& st);
+
+  const ModelConfig* config = nullptr;
+  Backend* be = nullptr;
+  ModelShape shape;
   std::optional<ops::Arena> params, grads, acts;
   // Views of the global parameters (p_) and their gradients (g_).
   Tensor embed, final_norm, norm_g, w_g, w_u, norm_in;
@@ -522,38 +99,7 @@ struct Model::Impl {
   std::vector<PassActs> passes;
   LayerActs shared;  // recomputation scratch: selective, the FFN; full, one whole layer
   Scratch s;
-  int64_t b = 0, t = 0;
 };
-
-namespace {
-
-LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float* base,
-                      ops::Device device, int64_t l) {
-  const std::string p = "layers." + std::to_string(l) + ".";
-  const auto view = [&](const std::string& name) {
-    const ParamSpec* spec = table.Find(p + name);
-    FB_CHECK(spec != nullptr) << p + name;
-    return ViewOf(*spec, base, device);
-  };
-  LayerParams lp;
-  lp.attn_norm = view("attn_norm.weight");
-  lp.wq = view("attn.wq.weight");
-  lp.wk = view("attn.wk.weight");
-  lp.wv = view("attn.wv.weight");
-  if (cfg.qk_norm) {
-    lp.q_norm = view("attn.q_norm.weight");
-    lp.k_norm = view("attn.k_norm.weight");
-  }
-  if (cfg.attn_gate) lp.wgate = view("attn.wgate.weight");
-  lp.wo = view("attn.wo.weight");
-  lp.ffn_norm = view("ffn_norm.weight");
-  lp.w1 = view("ffn.w1.weight");
-  lp.w3 = view("ffn.w3.weight");
-  lp.w2 = view("ffn.w2.weight");
-  return lp;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 
@@ -580,6 +126,9 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   }
   std::unique_ptr<Model> model(new Model(config, shape, backend));
   Impl& im = *model->impl_;
+  im.config = &model->config_;
+  im.be = backend;
+  im.shape = shape;
   if (shape.param_multiple < 1) {
     return InvalidArgumentError("model shape: param_multiple " +
                                 std::to_string(shape.param_multiple) + " must be >= 1");
@@ -731,31 +280,23 @@ Status Model::SaveGradients(const std::string& path,
   return checkpoint::WriteSafetensors(path, refs, {{"format", "pt"}, {"producer", "fullband"}});
 }
 
-StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t seq,
-                                 const StepOptions& options) {
-  const ModelConfig& cfg = config_;
-  if (batch != shape_.max_batch || seq != shape_.max_seq) {
-    return InvalidArgumentError("batch (" + std::to_string(batch) + ", " + std::to_string(seq) +
-                                ") differs from the model's shape (" +
-                                std::to_string(shape_.max_batch) + ", " +
-                                std::to_string(shape_.max_seq) + ")");
-  }
-  const int k_passes = options.passes;
-  if (k_passes < 1 || k_passes > shape_.max_passes) {
-    return InvalidArgumentError("passes " + std::to_string(k_passes) + " outside [1, " +
-                                std::to_string(shape_.max_passes) + "]");
-  }
-  if (options.jitter < 0) return InvalidArgumentError("jitter must be >= 0");
-  Backend& be = *backend_;
-  Impl& im = *impl_;
-  Scratch& s = im.s;
-  const Dims d = MakeDims(cfg, batch, seq);
-  const int64_t n = d.n;
-  const bool full = shape_.recompute == Recompute::kFull;
-  const bool pre_norm = cfg.feedback_state == FeedbackState::kPreNorm;
+// ---- The step, stage by stage: check and upload the batch, forward through K passes (each
+// with its fused readout loss), backward pass by pass, then the shared feedback gate and the
+// embedding.
 
-  // Inputs and targets on the host, checked, then uploaded. Position t of a row is the input
-  // of step t (t < T) and the target of step t - 1 (t > 0).
+// What one step's stages share.
+struct Model::Impl::StepState {
+  const StepOptions& options;
+  Dims d;
+  int k_passes = 1;
+  int64_t denominator = 0;               // targets every mean is over
+  std::vector<int32_t> inputs, targets;  // (B, T) on the host
+};
+
+Status Model::Impl::Upload(const int32_t* tokens, StepState& st, int64_t* counted) {
+  const ModelConfig& cfg = *config;
+  const int64_t batch = st.d.b, seq = st.d.t, n = st.d.n;
+  // Position t of a row is the input of step t (t < T) and the target of step t - 1 (t > 0).
   for (int64_t bi = 0; bi < batch; ++bi) {
     for (int64_t ti = 0; ti <= seq; ++ti) {
       const int32_t tok = tokens[bi * (seq + 1) + ti];
@@ -772,160 +313,202 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
       }
     }
   }
-  std::vector<int32_t> inputs(n), targets(n);
-  int64_t counted = 0;
+  st.inputs.resize(n);
+  st.targets.resize(n);
+  *counted = 0;
   for (int64_t bi = 0; bi < batch; ++bi) {
     for (int64_t ti = 0; ti < seq; ++ti) {
-      inputs[bi * seq + ti] = tokens[bi * (seq + 1) + ti];
-      targets[bi * seq + ti] = tokens[bi * (seq + 1) + ti + 1];
-      counted += targets[bi * seq + ti] != cfg.ignore_id;
+      st.inputs[bi * seq + ti] = tokens[bi * (seq + 1) + ti];
+      st.targets[bi * seq + ti] = tokens[bi * (seq + 1) + ti + 1];
+      *counted += st.targets[bi * seq + ti] != cfg.ignore_id;
     }
   }
-  be.CopyFromHost(s.tokens.data, inputs.data(), n * sizeof(int32_t));
-  be.CopyFromHost(s.targets.data, targets.data(), n * sizeof(int32_t));
+  be->CopyFromHost(s.tokens.data, st.inputs.data(), n * sizeof(int32_t));
+  be->CopyFromHost(s.targets.data, st.targets.data(), n * sizeof(int32_t));
+  return OkStatus();
+}
 
-  StepResult result;
-  result.counted = counted;
-  if (options.loss_count < 0) return InvalidArgumentError("loss_count must be >= 0");
-  const int64_t denominator = options.loss_count > 0 ? options.loss_count : counted;
-  const auto pass_weight = [&](int k) {  // k is 1-based
-    if (k == 1 || cfg.feedback_loss == FeedbackLoss::kSum) return 1.0;
-    return 1.0 / (k_passes - 1);
-  };
-  // The input stage. Pass 1: x0 = RMSNorm(e; norm_in) (or e). Pass k >= 2, from p.shifted:
-  // value = shift(ĥ) W_uᵀ, u = the feedback mix, and unless x0 is empty x0 = RMSNorm(u; norm_in).
-  const auto input_stage = [&](int k, PassActs& p, Tensor x0) {
-    if (k == 1) {
-      if (cfg.pass1_input_norm) {
-        be.RmsNormForward(x0, p.rstd_in, s.e, im.norm_in, kEps);
-      } else {
-        CopyTensor(be, x0, s.e);
-      }
-      return;
+// The input stage. Pass 1: x0 = RMSNorm(e; norm_in) (or e). Pass k >= 2, from p.shifted:
+// value = shift(ĥ) W_uᵀ, u = the feedback mix, and unless x0 is empty x0 = RMSNorm(u; norm_in).
+void Model::Impl::InputStage(int k, const PassActs& p, Tensor x0) {
+  if (k == 1) {
+    if (config->pass1_input_norm) {
+      be->RmsNormForward(x0, p.rstd_in, s.e, norm_in, kEps);
+    } else {
+      CopyTensor(*be, x0, s.e);
     }
-    Linear(be, p.value, p.shifted, im.w_u);
-    be.FeedbackMixForward(p.u, p.value, s.gate_fb, s.e, p.plain);
-    if (!x0.empty()) be.RmsNormForward(x0, p.rstd_in, p.u, im.norm_in, kEps);
-  };
-
-  // ---- Forward, pass by pass.
-  be.EmbeddingForward(s.e, im.embed, s.tokens);
-  if (k_passes >= 2) {
-    be.RmsNormForward(s.ng, s.rstd_g, s.e, im.norm_g, kEps);
-    Linear(be, s.gate_fb, s.ng, im.w_g);
+    return;
   }
-  for (int k = 1; k <= k_passes; ++k) {
-    PassActs& p = im.passes[k - 1];
-    if (k >= 2) {
-      // ĥ = h[k-1] + ξ in s.h (post-norm: the readout left h[k-1] there).
-      if (pre_norm) CopyTensor(be, s.h, im.passes[k - 2].x[d.l]);
-      if (options.jitter > 0) AddJitter(be, s.h, s.branch, batch, options.jitter, options, k);
-      be.ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), s.h.Reshape({d.b, d.t, d.d}));
-      std::vector<uint8_t> plain(n);
-      for (int64_t bi = 0; bi < batch; ++bi) {
-        Rng rng = StepDrawRng(options.seed, k, options.row_offset + bi, /*kind=*/1);
-        PlainMask(inputs.data() + bi * seq, seq, cfg.eod_id, options.prefix_mixin, rng,
-                  plain.data() + bi * seq);
-      }
-      be.CopyFromHost(p.plain.data, plain.data(), n);
-      result.plain.push_back(std::move(plain));
-    }
-    input_stage(k, p, p.x[0]);
+  Linear(*be, p.value, p.shifted, w_u);
+  be->FeedbackMixForward(p.u, p.value, s.gate_fb, s.e, p.plain);
+  if (!x0.empty()) be->RmsNormForward(x0, p.rstd_in, p.u, norm_in, kEps);
+}
+
+// ĥ = h[k-1] + ξ shifted into p.shifted, and the pass's plain mask (Note [Step draws]).
+void Model::Impl::FeedbackInput(int k, const StepState& st, PassActs& p, StepResult& result) {
+  const Dims& d = st.d;
+  const StepOptions& options = st.options;
+  // ĥ in s.h (post-norm: the readout left h[k-1] there).
+  if (config->feedback_state == FeedbackState::kPreNorm) CopyTensor(*be, s.h, passes[k - 2].x[d.l]);
+  if (options.jitter > 0) AddJitter(*be, s.h, s.branch, d.b, options.jitter, options, k);
+  be->ShiftRightForward(p.shifted.Reshape({d.b, d.t, d.d}), s.h.Reshape({d.b, d.t, d.d}));
+  std::vector<uint8_t> plain(d.n);
+  for (int64_t bi = 0; bi < d.b; ++bi) {
+    Rng rng = StepDrawRng(options.seed, k, options.row_offset + bi, /*kind=*/1);
+    PlainMask(st.inputs.data() + bi * d.t, d.t, config->eod_id, options.prefix_mixin, rng,
+              plain.data() + bi * d.t);
+  }
+  be->CopyFromHost(p.plain.data, plain.data(), d.n);
+  result.plain.push_back(std::move(plain));
+}
+
+void Model::Impl::Forward(const StepState& st, StepResult& result) {
+  const ModelConfig& cfg = *config;
+  const Dims& d = st.d;
+  const StepOptions& options = st.options;
+  be->EmbeddingForward(s.e, embed, s.tokens);
+  if (st.k_passes >= 2) {
+    be->RmsNormForward(s.ng, s.rstd_g, s.e, norm_g, kEps);
+    Linear(*be, s.gate_fb, s.ng, w_g);
+  }
+  for (int k = 1; k <= st.k_passes; ++k) {
+    PassActs& p = passes[k - 1];
+    if (k >= 2) FeedbackInput(k, st, p, result);
+    InputStage(k, p, p.x[0]);
     for (int64_t l = 0; l < d.l; ++l) {
       const LayerActs& a = p.layers[l];
-      AttentionHalfForward(be, cfg, d, im.layer_p[l], a, p.x[l], s.branch, l, /*project=*/true);
-      FfnHalfForward(be, d, im.layer_p[l], a, p.x[l + 1], s.branch);
+      AttentionHalfForward(*be, cfg, d, layer_p[l], a, p.x[l], s.branch, l, /*project=*/true);
+      FfnHalfForward(*be, d, layer_p[l], a, p.x[l + 1], s.branch);
     }
-    be.RmsNormForward(s.h, p.rstd_f, p.x[d.l], im.final_norm, kEps);
+    be->RmsNormForward(s.h, p.rstd_f, p.x[d.l], final_norm, kEps);
     // The readout's backward is fused into its forward (ops/readout_loss.h): dh gets the
     // gradient of w_k·ℓ_k at h, dE its share.
-    const double w = pass_weight(k);
-    const float ce_scale = denominator ? static_cast<float>(w / denominator) : 0.0f;
-    const float z_scale = denominator ? static_cast<float>(w * cfg.z_loss / denominator) : 0.0f;
+    const double w =
+        k == 1 || cfg.feedback_loss == FeedbackLoss::kSum ? 1.0 : 1.0 / (st.k_passes - 1);
+    const int64_t den = st.denominator;
+    const float ce_scale = den ? static_cast<float>(w / den) : 0.0f;
+    const float z_scale = den ? static_cast<float>(w * cfg.z_loss / den) : 0.0f;
     const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
-        be, s.h, im.embed, s.targets, targets.data(), static_cast<int32_t>(cfg.ignore_id),
+        *be, s.h, embed, s.targets, st.targets.data(), static_cast<int32_t>(cfg.ignore_id),
         {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
-        options.backward ? im.d_embed : Tensor());
-    const double ce = denominator ? sums.ce_sum / denominator : 0.0;
-    const double z = denominator ? sums.z_sum / denominator : 0.0;
+        options.backward ? d_embed : Tensor());
+    const double ce = den ? sums.ce_sum / den : 0.0;
+    const double z = den ? sums.z_sum / den : 0.0;
     result.pass_ce.push_back(ce);
     result.pass_loss.push_back(ce + cfg.z_loss * z);
     result.total += w * result.pass_loss.back();
   }
-  if (!options.backward) return result;
+}
 
-  // ---- Backward, pass K down to pass 1; each pass hands the gradient at its input state
-  // to the pass before it (post-norm: at h, pre-norm: at x_L). From here on the forward-only
-  // scratch is dead (Note [Activation layout]).
-  be.Zero(s.de);
-  if (k_passes >= 2) be.Zero(s.dg_fb);
-  for (int k = k_passes; k >= 1; --k) {
-    PassActs& p = im.passes[k - 1];
-    std::vector<Tensor> x = p.x;
+// The layers of pass k top down; s.dx holds the gradient at x[0] of the pass afterwards.
+void Model::Impl::LayersBackward(int k, const StepState& st, const PassActs& p,
+                                 const std::vector<Tensor>& x) {
+  const ModelConfig& cfg = *config;
+  const Dims& d = st.d;
+  const bool full = shape.recompute == Recompute::kFull;
+  const auto& grads_final = st.options.grads_final;
+  for (int64_t l = d.l - 1; l >= 0; --l) {
+    const LayerActs& a = p.layers[l];
+    const bool top = l == d.l - 1;
     if (full) {  // Note [Recomputation]
+      AttentionHalfForward(*be, cfg, d, layer_p[l], a, x[l], s.dbranch, l, /*project=*/true);
+      FfnHalfForward(*be, d, layer_p[l], a, top ? x[d.l] : Tensor(), s.dbranch);
+    }
+    if (top) {
+      be->RmsNormBackward(s.dx, d_final_norm, p.dh, x[d.l], final_norm, p.rstd_f);
+      if (cfg.feedback_state == FeedbackState::kPreNorm && k < st.k_passes) {
+        be->ResidualForward(s.dx, s.dxl, 1.0f);
+      }
+      if (k == 1 && grads_final) grads_final(final_norm_range.first, final_norm_range.second);
+    }
+    if (shape.recompute == Recompute::kSelective) RecomputeFfn(*be, layer_p[l], a);
+    FfnHalfBackward(*be, d, layer_p[l], layer_g[l], a, s);
+    if (full) {
+      AttentionHalfForward(*be, cfg, d, layer_p[l], a, x[l], Tensor(), l, /*project=*/false);
+    }
+    AttentionHalfBackward(*be, cfg, d, layer_p[l], layer_g[l], a, x[l], s, l);
+    if (k == 1 && grads_final) grads_final(layer_range[l].first, layer_range[l].second);
+  }
+}
+
+// Pass k's input stage backward: into s.de and, for a feedback pass, s.dg_fb and the gradient
+// at the previous pass's state (post-norm: its dh, pre-norm: s.dxl).
+void Model::Impl::InputBackward(int k, const StepState& st, const PassActs& p) {
+  const Dims& d = st.d;
+  if (k == 1) {
+    if (config->pass1_input_norm) {
+      be->RmsNormBackward(s.du, d_norm_in, s.dx, s.e, norm_in, p.rstd_in);
+      be->ResidualForward(s.de, s.du, 1.0f);
+    } else {
+      be->ResidualForward(s.de, s.dx, 1.0f);
+    }
+    return;
+  }
+  if (shape.recompute == Recompute::kFull) InputStage(k, p, Tensor());  // value and u again
+  be->RmsNormBackward(s.du, d_norm_in, s.dx, p.u, norm_in, p.rstd_in);
+  // dvalue -> dbranch, d(gate) of this pass -> dxn, de of the plain positions -> da.
+  be->FeedbackMixBackward(s.dbranch, s.dxn, s.da, s.du, p.value, s.gate_fb, p.plain);
+  be->ResidualForward(s.de, s.da, 1.0f);
+  be->ResidualForward(s.dg_fb, s.dxn, 1.0f);
+  LinearBackwardWeight(*be, d_w_u, s.dbranch, p.shifted);
+  LinearBackwardInput(*be, s.du, s.dbranch, w_u, 0.0f);  // gradient at shift(ĥ)
+  be->ShiftRightBackward(s.dx.Reshape({d.b, d.t, d.d}), s.du.Reshape({d.b, d.t, d.d}));
+  if (config->feedback_state == FeedbackState::kPreNorm) {
+    CopyTensor(*be, s.dxl, s.dx);
+  } else {
+    be->ResidualForward(passes[k - 2].dh, s.dx, 1.0f);
+  }
+}
+
+// Pass K down to pass 1; each pass hands the gradient at its input state to the pass before
+// it. From here on the forward-only scratch is dead (Note [Activation layout]).
+void Model::Impl::Backward(const StepState& st) {
+  const Dims& d = st.d;
+  be->Zero(s.de);
+  if (st.k_passes >= 2) be->Zero(s.dg_fb);
+  for (int k = st.k_passes; k >= 1; --k) {
+    const PassActs& p = passes[k - 1];
+    std::vector<Tensor> x = p.x;
+    if (shape.recompute == Recompute::kFull) {  // Note [Recomputation]
       x[0] = s.du;
       x[d.l] = s.dxn;
-      input_stage(k, p, x[0]);
+      InputStage(k, p, x[0]);
     }
-    for (int64_t l = d.l - 1; l >= 0; --l) {
-      const LayerActs& a = p.layers[l];
-      const bool top = l == d.l - 1;
-      if (full) {
-        AttentionHalfForward(be, cfg, d, im.layer_p[l], a, x[l], s.dbranch, l, /*project=*/true);
-        FfnHalfForward(be, d, im.layer_p[l], a, top ? x[d.l] : Tensor(), s.dbranch);
-      }
-      if (top) {
-        be.RmsNormBackward(s.dx, im.d_final_norm, p.dh, x[d.l], im.final_norm, p.rstd_f);
-        if (pre_norm && k < k_passes) be.ResidualForward(s.dx, s.dxl, 1.0f);
-        if (k == 1 && options.grads_final) {
-          options.grads_final(im.final_norm_range.first, im.final_norm_range.second);
-        }
-      }
-      if (shape_.recompute == Recompute::kSelective) RecomputeFfn(be, im.layer_p[l], a);
-      FfnHalfBackward(be, d, im.layer_p[l], im.layer_g[l], a, s);
-      if (full) {
-        AttentionHalfForward(be, cfg, d, im.layer_p[l], a, x[l], Tensor(), l, /*project=*/false);
-      }
-      AttentionHalfBackward(be, cfg, d, im.layer_p[l], im.layer_g[l], a, x[l], s, l);
-      if (k == 1 && options.grads_final) {
-        options.grads_final(im.layer_range[l].first, im.layer_range[l].second);
-      }
-    }
-    // s.dx is now the gradient at x[0], the normed input of this pass.
-    if (k == 1) {
-      if (cfg.pass1_input_norm) {
-        be.RmsNormBackward(s.du, im.d_norm_in, s.dx, s.e, im.norm_in, p.rstd_in);
-        be.ResidualForward(s.de, s.du, 1.0f);
-      } else {
-        be.ResidualForward(s.de, s.dx, 1.0f);
-      }
-      continue;
-    }
-    if (full) input_stage(k, p, Tensor());  // value and u again; x[0] (in du) is dead
-    be.RmsNormBackward(s.du, im.d_norm_in, s.dx, p.u, im.norm_in, p.rstd_in);
-    // dvalue -> dbranch, d(gate) of this pass -> dxn, de of the plain positions -> da.
-    be.FeedbackMixBackward(s.dbranch, s.dxn, s.da, s.du, p.value, s.gate_fb, p.plain);
-    be.ResidualForward(s.de, s.da, 1.0f);
-    be.ResidualForward(s.dg_fb, s.dxn, 1.0f);
-    LinearBackwardWeight(be, im.d_w_u, s.dbranch, p.shifted);
-    LinearBackwardInput(be, s.du, s.dbranch, im.w_u, 0.0f);  // gradient at shift(ĥ)
-    be.ShiftRightBackward(s.dx.Reshape({d.b, d.t, d.d}), s.du.Reshape({d.b, d.t, d.d}));
-    if (pre_norm) {
-      CopyTensor(be, s.dxl, s.dx);
-    } else {
-      be.ResidualForward(im.passes[k - 2].dh, s.dx, 1.0f);
-    }
+    LayersBackward(k, st, p, x);
+    InputBackward(k, st, p);
   }
-  if (k_passes >= 2) {       // the feedback gate, shared by every feedback pass
+  if (st.k_passes >= 2) {    // the feedback gate, shared by every feedback pass
     const Tensor ng = s.da;  // RMSNorm(e; norm_g) again: the forward's copy was forward-only
-    be.RmsNormForward(ng, s.rstd_g, s.e, im.norm_g, kEps);
-    LinearBackwardWeight(be, im.d_w_g, s.dg_fb, ng);
-    LinearBackwardInput(be, s.dxn, s.dg_fb, im.w_g, 0.0f);
-    be.RmsNormBackward(s.du, im.d_norm_g, s.dxn, s.e, im.norm_g, s.rstd_g);
-    be.ResidualForward(s.de, s.du, 1.0f);
+    be->RmsNormForward(ng, s.rstd_g, s.e, norm_g, kEps);
+    LinearBackwardWeight(*be, d_w_g, s.dg_fb, ng);
+    LinearBackwardInput(*be, s.dxn, s.dg_fb, w_g, 0.0f);
+    be->RmsNormBackward(s.du, d_norm_g, s.dxn, s.e, norm_g, s.rstd_g);
+    be->ResidualForward(s.de, s.du, 1.0f);
   }
-  be.EmbeddingBackward(im.d_embed, s.de, s.tokens);
-  be.Synchronize();
+  be->EmbeddingBackward(d_embed, s.de, s.tokens);
+}
+
+StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t seq,
+                                 const StepOptions& options) {
+  if (batch != shape_.max_batch || seq != shape_.max_seq) {
+    return InvalidArgumentError("batch (" + std::to_string(batch) + ", " + std::to_string(seq) +
+                                ") differs from the model's shape (" +
+                                std::to_string(shape_.max_batch) + ", " +
+                                std::to_string(shape_.max_seq) + ")");
+  }
+  if (options.passes < 1 || options.passes > shape_.max_passes) {
+    return InvalidArgumentError("passes " + std::to_string(options.passes) + " outside [1, " +
+                                std::to_string(shape_.max_passes) + "]");
+  }
+  if (options.jitter < 0) return InvalidArgumentError("jitter must be >= 0");
+  if (options.loss_count < 0) return InvalidArgumentError("loss_count must be >= 0");
+  Impl::StepState st{options, MakeDims(config_, batch, seq), options.passes, 0, {}, {}};
+  StepResult result;
+  FB_RETURN_IF_ERROR(impl_->Upload(tokens, st, &result.counted));
+  st.denominator = options.loss_count > 0 ? options.loss_count : result.counted;
+  impl_->Forward(st, result);
+  if (options.backward) impl_->Backward(st);
+  backend_->Synchronize();
   return result;
 }
 

@@ -1,0 +1,62 @@
+// The layer of the K-pass step as forward/backward pairs (internal to worker/model.cc): the
+// attention half and the FFN half of one transformer layer on the activation layout of
+// worker/activations.h, the linear maps they are built from, and the views of a layer's
+// parameters. Backward overwrites the activation gradients of Scratch and adds into the
+// parameter gradients (ops/backend.h). Note [Recomputation] in layers.cc says how `selective`
+// and `full` recompute a layer.
+#pragma once
+
+#include <cstdint>
+
+#include "common/config.h"
+#include "ops/backend.h"
+#include "worker/activations.h"
+#include "worker/param_table.h"
+
+namespace fullband::worker {
+
+constexpr float kEps = 1e-6f;  // every RMSNorm's epsilon
+
+// The parameters of one layer (views into the parameter or the gradient arena).
+struct LayerParams {
+  Tensor attn_norm, wq, wk, wv, q_norm, k_norm, wgate, wo, ffn_norm, w1, w3, w2;
+};
+
+// The parameters of layer `l` inside an arena carved by `table` (parameters or gradients).
+LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float* base,
+                      ops::Device device, int64_t l);
+
+struct Dims {
+  int64_t b, t, n, d, h, kv, dh, f, l;
+  float r;  // residual branch scale
+};
+Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t);
+
+// out (N, O) = in (N, I) wᵀ with w (O, I).
+void Linear(ops::Backend& be, Tensor out, Tensor in, Tensor w);
+// din (N, I) = beta·din + dout (N, O) w.
+void LinearBackwardInput(ops::Backend& be, Tensor din, Tensor dout, Tensor w, float beta);
+// dw (O, I) += doutᵀ in.
+void LinearBackwardWeight(ops::Backend& be, Tensor dw, Tensor dout, Tensor in);
+void CopyTensor(ops::Backend& be, Tensor dst, Tensor src);
+
+// g1, g3 and s again from the saved ffn-norm output (Note [Recomputation]).
+void RecomputeFfn(ops::Backend& be, const LayerParams& p, const LayerActs& a);
+// Attention half of `layer` on x_in: the saved state in `a` and, with `project`,
+// x_mid = x_in + r · (gated attention) Woᵀ (branch: the projection's output).
+void AttentionHalfForward(ops::Backend& be, const ModelConfig& cfg, const Dims& d,
+                          const LayerParams& p, const LayerActs& a, Tensor x_in, Tensor branch,
+                          int64_t layer, bool project);
+// FFN half from a.x_mid: m, g1, g3, s and, unless x_out is empty,
+// x_out = x_mid + r · s W2ᵀ (branch: the projection's output).
+void FfnHalfForward(ops::Backend& be, const Dims& d, const LayerParams& p, const LayerActs& a,
+                    Tensor x_out, Tensor branch);
+// s.dx: the gradient at the layer's output on entry, at x_mid on return.
+void FfnHalfBackward(ops::Backend& be, const Dims& d, const LayerParams& p, const LayerParams& g,
+                     const LayerActs& a, const Scratch& s);
+// s.dx: the gradient at x_mid on entry, at x_in on return.
+void AttentionHalfBackward(ops::Backend& be, const ModelConfig& cfg, const Dims& d,
+                           const LayerParams& p, const LayerParams& g, const LayerActs& a,
+                           Tensor x_in, const Scratch& s, int64_t layer);
+
+}  // namespace fullband::worker
