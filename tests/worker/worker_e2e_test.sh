@@ -4,7 +4,9 @@
 # job on the same data (bytes of /usr/share/common-licenses as token ids, a 60/30/10 pass mix).
 # Both must COMPLETE with a ledger of exactly steps × batch × seq_len tokens and Σ tokens ×
 # passes token-equivalents, the pass histogram of the schedule, the same losses (DP2 against
-# DP1, 1e-5 relative), and a first-pass loss that falls.
+# DP1, 1e-5 relative), and a first-pass loss that falls. Then a DP2 job whose rank 1 is killed
+# with SIGKILL mid-run must end FAILED (no restarts allowed) with the worker group's exit as the
+# reason, within 10 s, with no rank left.
 # usage: worker_e2e_test.sh FULLBAND
 set -euo pipefail
 fullband=$(realpath "$1")
@@ -28,7 +30,7 @@ jobs_dir: $dir/jobs
 tick_seconds: 0.05
 heartbeat_interval_seconds: 0.5
 YAML
-job() {  # $1 = dp
+job() {  # $1 = dp, $2 = budget in token-equivalents (default 40960)
   cat <<YAML
 model: {vocab_size: 258, eod_id: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2,
         head_dim: 16, ffn_dim: 128, max_seq_len: 64, window: 16, full_attention_every: 2}
@@ -36,7 +38,7 @@ parallel: {dp: $1}
 data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 64}
 optim: {lr: 3.0e-3, warmup_steps: 5}
 schedule: {seed: 2, phases: [{until: 1.0, mix: {1: 0.6, 2: 0.3, 3: 0.1}}]}
-budget: {kind: token_equivalents, amount: 40960}
+budget: {kind: token_equivalents, amount: ${2:-40960}}
 runtime: {threads: 1, log_every: 1, peak_gflops: 1}
 launcher: {command: [$fullband, worker], max_restarts: 0}
 YAML
@@ -90,6 +92,33 @@ for i in a:
         assert abs(x - y) <= 1e-5 * abs(y), (i, x, y)
 print("DP2 and DP1 agree on every pass of every step")
 PY
+
+# A rank killed mid-run.
+job 2 100000000 > "$dir/long.yaml"
+job=$("$fullband" submit "$dir/long.yaml")
+for _ in $(seq 300); do  # until a step is counted (60 s at most)
+  "$fullband" status "$job" --json |
+    python3 -c 'import json, sys; sys.exit(int(json.load(sys.stdin)["ledger"].get("steps", 0)) < 1)' &&
+    break
+  sleep 0.2
+done
+victim=""
+for p in $(pgrep -f "fullband worker" || true); do
+  env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null || true)
+  grep -qx "FULLBAND_JOB_ID=$job" <<< "$env" && grep -qx 'OMPI_COMM_WORLD_RANK=1' <<< "$env" &&
+    victim=$p
+done
+[[ -n $victim ]] || fail "rank 1 of $job not found: $("$fullband" status "$job")"
+start=$(date +%s%N)
+kill -9 "$victim"
+timeout 30 "$fullband" watch "$job" > /dev/null || true  # ends at the terminal state
+took_ms=$((($(date +%s%N) - start) / 1000000))
+status=$("$fullband" status "$job")
+grep -q FAILED <<< "$status" || fail "after the kill: $status"
+grep -q "worker group ended" <<< "$status" || fail "reason: $status"
+((took_ms < 10000)) || fail "FAILED only ${took_ms} ms after the kill"
+! pgrep -f "fullband worker" > /dev/null || fail "worker ranks left running"
+echo "killed rank 1: ${took_ms} ms later $(head -1 <<< "$status")"
 
 kill -TERM "$coordinator_pid"
 coordinator_pid=
