@@ -10,10 +10,9 @@
 
 namespace fullband::worker {
 
-enum class Kind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-
 // One rank's part of a collective.
 struct InProcessCommunicator::Post {
+  enum class Kind : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
   Kind kind = Kind::kBarrier;
   const void* in = nullptr;
   void* out = nullptr;
@@ -24,6 +23,8 @@ struct InProcessCommunicator::Post {
 };
 
 namespace {
+
+using Kind = InProcessCommunicator::Post::Kind;
 
 // One collective: the posts of the ranks that have joined it so far.
 struct Slot {

@@ -74,9 +74,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   FB_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Trainer> t(new Trainer(config, backend, comm));
   FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
-  if (t->layout_.dp > 1 && backend->device() != ops::Device::kCpu) {
+  if ((t->layout_.dp > 1 || config.parallel.zero1) && backend->device() != ops::Device::kCpu) {
     return UnimplementedError(
-        "parallel.dp > 1 on " + std::string(ops::DeviceName(backend->device())) +
+        "parallel.dp > 1 or parallel.zero1 on " + std::string(ops::DeviceName(backend->device())) +
         ": the MPI communicator reduces host memory only; the NCCL communicator is not built yet");
   }
   const int64_t rows = config.data.batch_size / t->layout_.dp;
