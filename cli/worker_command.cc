@@ -103,7 +103,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
                  << ", " << data->description();
   }
-  worker::CoordinatorStepSource steps(client->get(), &world, reg.resume_step, reg.total_steps,
+  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps,
                                       std::chrono::seconds(lease_s));
   const bool json = flags.Has("json");
   const int64_t every = config.runtime.log_every;

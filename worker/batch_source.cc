@@ -14,7 +14,6 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::Open(const Config& config, i
   std::unique_ptr<BatchSource> src(new BatchSource);
   src->global_batch_ = d.batch_size;
   src->rows_ = d.batch_size / dp_size;
-  src->seq_len_ = d.seq_len;
   src->dp_rank_ = dp_rank;
   src->dp_size_ = dp_size;
   src->next_step_ = first_step;

@@ -38,7 +38,7 @@ class BatchSource {
   BatchSource() = default;
   Status OpenStores(const Config& config, int64_t first_step);
 
-  int64_t rows_ = 0, global_batch_ = 0, seq_len_ = 0;
+  int64_t rows_ = 0, global_batch_ = 0;
   int dp_rank_ = 0, dp_size_ = 1;
   int64_t next_step_ = 0;
   uint64_t seed_ = 0;

@@ -31,9 +31,7 @@ class StepSource {
   // Step `step` ran on every rank: its global per-pass losses and wall time.
   virtual Status Done(const StepAssignment& step, const std::vector<double>& pass_loss,
                       double seconds) = 0;
-  // The first step of this run and the number of steps of the whole job (for the learning-rate
-  // schedule).
-  virtual int64_t first_step() const = 0;
+  // The number of steps of the whole run or job (for the learning-rate schedule).
   virtual int64_t total_steps() const = 0;
   // After Next returned nullopt: "" when every step of the budget ran, else why the run
   // stopped early ("job is CANCELLED").
@@ -46,47 +44,40 @@ class StepSource {
 class LocalStepSource final : public StepSource {
  public:
   // Steps [first_step, plan.total_steps()) of `plan`.
-  LocalStepSource(StepPlan plan, int64_t first_step)
-      : plan_(std::move(plan)), next_(first_step), first_(first_step) {}
+  LocalStepSource(StepPlan plan, int64_t first_step) : plan_(std::move(plan)), next_(first_step) {}
 
   StatusOr<std::optional<StepAssignment>> Next() override;
   Status Done(const StepAssignment&, const std::vector<double>&, double) override {
     return OkStatus();
   }
-  int64_t first_step() const override { return first_; }
   int64_t total_steps() const override { return plan_.total_steps(); }
 
  private:
   StepPlan plan_;
-  int64_t next_, first_;
+  int64_t next_;
 };
 
 class CoordinatorStepSource final : public StepSource {
  public:
   // `client` is rank 0's registered client (null on the other ranks); `comm` is the whole
-  // group. `first_step` and `total_steps` come from the registration, broadcast by rank 0.
+  // group. `total_steps` comes from the registration, broadcast by rank 0.
   // `lease_timeout` bounds how long the other ranks wait for rank 0's next step (it includes
   // rank 0's retries of the coordinator).
-  CoordinatorStepSource(coordinator::WorkerClient* client, Communicator* comm, int64_t first_step,
-                        int64_t total_steps, std::chrono::milliseconds lease_timeout)
-      : client_(client),
-        comm_(comm),
-        first_(first_step),
-        total_(total_steps),
-        lease_timeout_(lease_timeout) {}
+  CoordinatorStepSource(coordinator::WorkerClient* client, Communicator* comm, int64_t total_steps,
+                        std::chrono::milliseconds lease_timeout)
+      : client_(client), comm_(comm), total_(total_steps), lease_timeout_(lease_timeout) {}
 
   // Errors: rank 0's lease errors, on every rank (their text broadcast); the communicator's.
   StatusOr<std::optional<StepAssignment>> Next() override;
   // Rank 0 reports the step (durable when OK); the other ranks do nothing.
   Status Done(const StepAssignment& step, const std::vector<double>& pass_loss,
               double seconds) override;
-  int64_t first_step() const override { return first_; }
   int64_t total_steps() const override { return total_; }
 
  private:
   coordinator::WorkerClient* client_;
   Communicator* comm_;
-  int64_t first_, total_;
+  int64_t total_;
   std::chrono::milliseconds lease_timeout_;
   bool completed_ = false;  // a report said the budget is spent
 };

@@ -94,8 +94,6 @@ class Trainer {
 
   Model& model() { return *model_; }
   const Layout& layout() const { return layout_; }
-  // Bytes of collective payloads per kind since creation (communicator.h).
-  const Communicator::Traffic& traffic() const { return comm_->traffic(); }
 
  private:
   Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
