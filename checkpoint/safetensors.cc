@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "common/check.h"
 
 namespace fullband::checkpoint {
 namespace {
@@ -99,10 +102,22 @@ int64_t SafetensorsFile::Entry::numel() const {
   return n;
 }
 
+namespace {
+
+// Writes to fd, feeding the bytes to `state` (may be null).
+Status WriteHashed(int fd, const void* data, size_t bytes, XXH64_state_t* state,
+                   const std::string& path) {
+  if (state != nullptr) XXH64_update(state, data, bytes);
+  return WriteAll(fd, data, bytes, path);
+}
+
+}  // namespace
+
 Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata, StWritten* written) {
   Json header = Json::object();
   size_t offset = 0;
+  std::vector<size_t> sizes;
   for (const StTensorRef& t : tensors) {
     if (header.contains(t.name) || t.name == "__metadata__") {
       return InvalidArgumentError("safetensors " + path + ": duplicate or reserved tensor name " +
@@ -110,57 +125,91 @@ Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>&
     }
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    const size_t bytes = static_cast<size_t>(numel) * StDTypeSize(t.dtype);
+    sizes.push_back(static_cast<size_t>(numel) * StDTypeSize(t.dtype));
     header[t.name] = {{"dtype", StDTypeName(t.dtype)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+                      {"data_offsets", {offset, offset + sizes.back()}}};
+    offset += sizes.back();
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   const uint64_t header_len = text.size();
-
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(header_len >> (8 * i));
-  Status s = WriteAll(fd, len_bytes, 8, tmp);
-  if (s.ok()) s = WriteAll(fd, text.data(), text.size(), tmp);
-  for (const StTensorRef& t : tensors) {
-    if (!s.ok()) break;
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    s = WriteAll(fd, t.data, static_cast<size_t>(numel) * StDTypeSize(t.dtype), tmp);
+
+  XXH64_state_t* file_state = written != nullptr ? XXH64_createState() : nullptr;
+  if (file_state != nullptr) XXH64_reset(file_state, 0);
+  if (written != nullptr) {
+    *written = StWritten();
+    written->header_bytes = 8 + header_len;
+    XXH64_state_t* h = XXH64_createState();
+    XXH64_reset(h, 0);
+    XXH64_update(h, len_bytes, 8);
+    XXH64_update(h, text.data(), text.size());
+    written->header_xxh64 = XXH64_digest(h);
+    XXH64_freeState(h);
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    XXH64_freeState(file_state);
+    return Errno("cannot create", tmp);
+  }
+  Status s = WriteHashed(fd, len_bytes, 8, file_state, tmp);
+  if (s.ok()) s = WriteHashed(fd, text.data(), text.size(), file_state, tmp);
+  uint64_t at = 8 + header_len;
+  for (size_t i = 0; i < tensors.size() && s.ok(); ++i) {
+    s = WriteHashed(fd, tensors[i].data, sizes[i], file_state, tmp);
+    if (written != nullptr) {
+      written->tensor_xxh64.push_back(XXH64(tensors[i].data, sizes[i], 0));
+      written->tensor_offset.push_back(at);
+    }
+    at += sizes[i];
   }
   if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
   if (::close(fd) != 0 && s.ok()) s = Errno("close", tmp);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("rename to", path);
   if (!s.ok()) ::unlink(tmp.c_str());
+  if (written != nullptr) {
+    written->bytes = at;
+    written->xxh64 = XXH64_digest(file_state);
+    XXH64_freeState(file_state);
+  }
   return s;
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  SafetensorsFile f;
-  f.path_ = path;
+  std::vector<uint8_t> bytes;
   {
     std::ifstream in(path, std::ios::binary);
     if (!in) return NotFoundError("cannot open safetensors file " + path);
-    f.bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
+  FB_ASSIGN_OR_RETURN(SafetensorsFile f,
+                      ParseHeader(path, bytes.data(), bytes.size(), bytes.size()));
+  f.bytes_ = std::move(bytes);
+  return f;
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::ParseHeader(const std::string& path,
+                                                       const uint8_t* bytes, size_t size,
+                                                       uint64_t file_bytes) {
+  SafetensorsFile f;
+  f.path_ = path;
   const auto bad = [&](const std::string& why) {
     return DataLossError("safetensors " + path + ": " + why);
   };
-  if (f.bytes_.size() < 8) return bad("file of " + std::to_string(f.bytes_.size()) + " bytes");
+  if (file_bytes < 8 || size < 8) return bad("file of " + std::to_string(file_bytes) + " bytes");
   uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(f.bytes_[i]) << (8 * i);
-  if (header_len > kMaxHeaderBytes || header_len > f.bytes_.size() - 8) {
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  if (header_len > kMaxHeaderBytes || header_len > file_bytes - 8) {
     return bad("header length " + std::to_string(header_len) + " exceeds the file");
   }
+  FB_CHECK_GE(size, 8 + header_len) << "ParseHeader needs the whole header of " << path;
   f.data_start_ = 8 + header_len;
-  const size_t data_size = f.bytes_.size() - f.data_start_;
-  Json header = Json::parse(f.bytes_.begin() + 8, f.bytes_.begin() + f.data_start_, nullptr,
+  const size_t data_size = file_bytes - f.data_start_;
+  Json header = Json::parse(bytes + 8, bytes + f.data_start_, nullptr,
                             /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
   std::vector<std::pair<size_t, size_t>> ranges;

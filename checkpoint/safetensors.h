@@ -31,8 +31,21 @@ struct StTensorRef {
   const void* data = nullptr;
 };
 
+// What WriteSafetensors wrote: the file's size and XXH64 (seed 0) hashes of the whole file, of its
+// header (the length word and the JSON) and of each tensor's bytes, in `tensors` order.
+struct StWritten {
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+  uint64_t header_bytes = 0;  // 8 + N
+  uint64_t header_xxh64 = 0;
+  std::vector<uint64_t> tensor_xxh64;
+  std::vector<uint64_t> tensor_offset;  // of each tensor's bytes, from the start of the file
+};
+
+// `written` (optional) receives the hashes, computed from the bytes as they are written.
 Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>& tensors,
-                        const std::map<std::string, std::string>& metadata = {});
+                        const std::map<std::string, std::string>& metadata = {},
+                        StWritten* written = nullptr);
 
 // A file read into memory. Tensors keep the file's order of data offsets.
 class SafetensorsFile {
@@ -46,6 +59,13 @@ class SafetensorsFile {
   };
 
   static StatusOr<SafetensorsFile> Read(const std::string& path);
+  // The header only (data() is not available): for readers that fetch tensors with pread.
+  // `file_bytes` is the file's size; the same checks as Read.
+  static StatusOr<SafetensorsFile> ParseHeader(const std::string& path, const uint8_t* bytes,
+                                               size_t size, uint64_t file_bytes);
+
+  // Bytes from the start of the file to the first tensor byte (8 + header length).
+  size_t data_start() const { return data_start_; }
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
