@@ -284,6 +284,23 @@ Status WorkerClient::Commit(int64_t step, const std::string& path, int64_t shard
   });
 }
 
+Status WorkerClient::RollBack(int64_t step, const std::string& path, const std::string& reason) {
+  proto::RollBackCheckpointRequest request;
+  request.set_job_id(job_id_);
+  request.set_incarnation(incarnation_);
+  request.set_step(step);
+  request.set_path(path);
+  request.set_reason(reason.substr(0, 4000));
+  proto::RollBackCheckpointResponse response;
+  FB_RETURN_IF_ERROR(Call(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->RollBackCheckpoint(c, request, &response);
+  }));
+  leased_.clear();
+  exhausted_ = false;
+  next_step_ = step;
+  return OkStatus();
+}
+
 Status WorkerClient::Fail(const std::string& reason) {
   proto::ReportFailureRequest request;
   request.set_job_id(job_id_);

@@ -87,6 +87,10 @@ class WorkerClient {
                                              const std::vector<double>& losses,
                                              double step_seconds);
   Status Commit(int64_t step, const std::string& path, int64_t shards);
+  // The group restarted from the older checkpoint at `path` (step `step`; "" and 0: from
+  // scratch) because the registration's could not be loaded: the coordinator rolls back to it
+  // and the next leases start at `step`.
+  Status RollBack(int64_t step, const std::string& path, const std::string& reason);
   Status Fail(const std::string& reason);
 
   // True once a heartbeat learned that this group must stop: the job finished, is restarting,

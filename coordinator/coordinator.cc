@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "common/logging.h"
 #include "coordinator/proto_convert.h"
@@ -364,24 +365,37 @@ StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const std::s
   return info;
 }
 
+StatusOr<Coordinator::Job*> Coordinator::RunningJob(const std::string& job_id,
+                                                    uint64_t incarnation) {
+  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+  if (job->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + job_id + " is " +
+                                   std::string(JobStateName(job->state)));
+  }
+  return job;
+}
+
+void Coordinator::Uncount(Job& job, int64_t step, int64_t passes, WriteSet& writes) {
+  const int64_t tokens = job.plan.tokens_per_step();
+  const double flops = job.plan.StepFlops(passes);
+  Ledger& l = job.ledger;
+  l.steps -= 1;
+  l.tokens -= tokens;
+  l.token_equivalents -= tokens * passes;
+  l.flops -= flops;
+  if (--l.pass_histogram[passes] == 0) l.pass_histogram.erase(passes);
+  l.wasted_steps += 1;
+  l.wasted_tokens += tokens;
+  l.wasted_token_equivalents += tokens * passes;
+  l.wasted_flops += flops;
+  writes.deletes.push_back(StepKey(job.id, step));
+  if (l.steps == 0) l.flops = 0;  // no rounding residue
+}
+
 void Coordinator::Rollback(Job& job, WriteSet& writes) {
   // Back to the last committed checkpoint: the steps counted after it are redone.
-  for (const auto& [step, passes] : job.counted) {
-    const int64_t tokens = job.plan.tokens_per_step();
-    const double flops = job.plan.StepFlops(passes);
-    Ledger& l = job.ledger;
-    l.steps -= 1;
-    l.tokens -= tokens;
-    l.token_equivalents -= tokens * passes;
-    l.flops -= flops;
-    if (--l.pass_histogram[passes] == 0) l.pass_histogram.erase(passes);
-    l.wasted_steps += 1;
-    l.wasted_tokens += tokens;
-    l.wasted_token_equivalents += tokens * passes;
-    l.wasted_flops += flops;
-    writes.deletes.push_back(StepKey(job.id, step));
-  }
-  if (job.ledger.steps == 0) job.ledger.flops = 0;  // no rounding residue
+  for (const auto& [step, passes] : job.counted) Uncount(job, step, passes, writes);
   job.counted.clear();
   job.recent.clear();
   job.incarnation = 0;
@@ -479,12 +493,7 @@ StatusOr<LeaseResult> Coordinator::LeaseBatches(const std::string& job_id, uint6
                                 std::to_string(options_.max_lease));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
-  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
-  if (job->state != JobState::kRunning) {
-    return FailedPreconditionError("job " + job_id + " is " +
-                                   std::string(JobStateName(job->state)));
-  }
+  FB_ASSIGN_OR_RETURN(Job * job, RunningJob(job_id, incarnation));
   const double now = clock_->NowSeconds();
   job->last_heartbeat = now;
   LeaseResult result;
@@ -616,6 +625,49 @@ Status Coordinator::CommitCheckpoint(const std::string& job_id, uint64_t incarna
   return OkStatus();
 }
 
+Status Coordinator::RollBackCheckpoint(const std::string& job_id, uint64_t incarnation,
+                                       int64_t step, const std::string& path,
+                                       const std::string& reason) {
+  if (step < 0) return InvalidArgumentError("step: " + std::to_string(step) + " < 0");
+  if ((step == 0) != path.empty()) {
+    return InvalidArgumentError("path: must be empty exactly when step is 0");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  FB_ASSIGN_OR_RETURN(Job * job, RunningJob(job_id, incarnation));
+  if (step >= job->committed_step) {
+    return FailedPreconditionError("job " + job_id + ": step " + std::to_string(step) +
+                                   " is not before the committed checkpoint's, " +
+                                   std::to_string(job->committed_step));
+  }
+  WriteSet writes;
+  for (const auto& [s, passes] : job->counted) Uncount(*job, s, passes, writes);
+  job->counted.clear();
+  for (int64_t s = step; s < job->committed_step; ++s)
+    Uncount(*job, s, job->plan.Passes(s), writes);
+  // Forget the newer checkpoints; remember the one the group restarted from.
+  const std::string prefix = "ckpt/" + job_id + "/";
+  FB_RETURN_IF_ERROR(store_->Scan(prefix, [&](std::string_view key, std::string_view) {
+    if (FromBigEndian(key.substr(prefix.size())) > step) writes.deletes.emplace_back(key);
+    return OkStatus();
+  }));
+  const double now = clock_->NowSeconds();
+  if (step > 0) {
+    proto::StoredCheckpoint record;
+    record.set_path(path);
+    record.set_shards(0);  // not known to the rollback; the directory's manifest says
+    record.set_incarnation(incarnation);
+    record.set_committed_unix(now);
+    writes.puts.emplace_back(CheckpointKey(job_id, step), record.SerializeAsString());
+  }
+  FB_LOG(WARNING) << "job " << job_id << ": checkpoint of step " << job->committed_step
+                  << " unusable, the worker group restarted from step " << step << ": " << reason;
+  job->committed_step = step;
+  job->checkpoint_path = path;
+  job->last_heartbeat = now;
+  Persist(*job, now, std::move(writes));
+  return OkStatus();
+}
+
 Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnation,
                                   const std::string& reason) {
   {
@@ -708,6 +760,9 @@ void Coordinator::Tick() {
           if (!job.worker_token.empty()) a.spec.env["FULLBAND_WORKER_TOKEN"] = job.worker_token;
         }
         a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside
+        std::error_code ec;  // the workers' checkpoint root when checkpoint.dir is ""
+        a.spec.env["FULLBAND_JOB_DIR"] =
+            std::filesystem::absolute(a.spec.log_dir, ec).lexically_normal().string();
         job.state = JobState::kLaunching;
         job.launched_at = now;
         if (job.wall_start == 0) job.wall_start = now;

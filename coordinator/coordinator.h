@@ -24,9 +24,9 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "common/step_plan.h"
 #include "coordinator/clock.h"
 #include "coordinator/launcher.h"
-#include "common/step_plan.h"
 #include "coordinator/store.h"
 
 namespace fullband::coordinator {
@@ -167,6 +167,8 @@ class Coordinator {
   Status CommitCheckpoint(const std::string& job_id, uint64_t incarnation, int64_t step,
                           const std::string& path, int64_t shards);
   Status ReportFailure(const std::string& job_id, uint64_t incarnation, const std::string& reason);
+  Status RollBackCheckpoint(const std::string& job_id, uint64_t incarnation, int64_t step,
+                            const std::string& path, const std::string& reason);
 
   // Launches PENDING jobs, relaunches RESTARTING jobs whose back-off is over, fails jobs whose
   // heartbeat or launch deadline passed or whose worker group exited.
@@ -193,6 +195,10 @@ class Coordinator {
   // Moves the counted steps after the last checkpoint to wasted (their records deleted by
   // `writes`) and forgets the registered worker group.
   void Rollback(Job& job, WriteSet& writes);
+  // The job `job_id`, RUNNING under `incarnation` (NOT_FOUND, ABORTED, FAILED_PRECONDITION).
+  StatusOr<Job*> RunningJob(const std::string& job_id, uint64_t incarnation);
+  // Moves one counted step of `passes` passes from the ledger to wasted; deletes its record.
+  static void Uncount(Job& job, int64_t step, int64_t passes, WriteSet& writes);
   // Rolls back, then RESTARTING or FAILED; returns the kill to make (if any).
   std::vector<Action> Fail(Job& job, const std::string& reason, double now);
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);

@@ -223,6 +223,12 @@ class WorkerServiceImpl final : public proto::WorkerService::CallbackService {
     return Unary(c, handler_,
                  [&](std::string_view a) { return handler_->CommitCheckpoint(a, *req, resp); });
   }
+  grpc::ServerUnaryReactor* RollBackCheckpoint(grpc::CallbackServerContext* c,
+                                               const proto::RollBackCheckpointRequest* req,
+                                               proto::RollBackCheckpointResponse* resp) override {
+    return Unary(c, handler_,
+                 [&](std::string_view a) { return handler_->RollBackCheckpoint(a, *req, resp); });
+  }
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* c,
                                           const proto::ReportFailureRequest* req,
                                           proto::ReportFailureResponse* resp) override {

@@ -228,6 +228,18 @@ Status RpcHandler::CommitCheckpoint(std::string_view authorization,
                                         request.path(), request.shards());
 }
 
+Status RpcHandler::RollBackCheckpoint(std::string_view authorization,
+                                      const proto::RollBackCheckpointRequest& request,
+                                      proto::RollBackCheckpointResponse* /*response*/) {
+  FB_RETURN_IF_ERROR(WorkerCaller(authorization, request.job_id()));
+  FB_RETURN_IF_ERROR(CheckIncarnation(request.incarnation()));
+  if (request.step() < 0) return InvalidArgumentError("step: must be >= 0");
+  FB_RETURN_IF_ERROR(CheckLength("path", request.path(), 0, kMaxPathBytes));
+  FB_RETURN_IF_ERROR(CheckLength("reason", request.reason(), 1, kMaxReasonBytes));
+  return coordinator_->RollBackCheckpoint(request.job_id(), request.incarnation(), request.step(),
+                                          request.path(), request.reason());
+}
+
 Status RpcHandler::ReportFailure(std::string_view authorization,
                                  const proto::ReportFailureRequest& request,
                                  proto::ReportFailureResponse* /*response*/) {

@@ -60,6 +60,9 @@ class RpcHandler {
   Status CommitCheckpoint(std::string_view authorization,
                           const proto::CommitCheckpointRequest& request,
                           proto::CommitCheckpointResponse* response);
+  Status RollBackCheckpoint(std::string_view authorization,
+                            const proto::RollBackCheckpointRequest& request,
+                            proto::RollBackCheckpointResponse* response);
   Status ReportFailure(std::string_view authorization, const proto::ReportFailureRequest& request,
                        proto::ReportFailureResponse* response);
 

@@ -138,6 +138,7 @@ TEST_F(CoordinatorTest, Tick_LaunchesPendingJobWithItsSpec) {
   EXPECT_EQ(spec.env.at("FULLBAND_ATTEMPT"), "0");
   EXPECT_EQ(spec.env.at("FULLBAND_COORDINATOR"), "localhost:1234");
   EXPECT_EQ(spec.log_dir, "/jobs/" + id);
+  EXPECT_EQ(spec.env.at("FULLBAND_JOB_DIR"), "/jobs/" + id);
   coordinator_->Tick();  // no second launch
   EXPECT_EQ(launcher_.launches().size(), 1u);
 }
@@ -549,6 +550,42 @@ TEST_F(CoordinatorRestartTest, Reopen_GivesRunningJobsAFreshHeartbeatDeadline) {
   clock_.Advance(11);
   coordinator_->Tick();
   EXPECT_EQ(State(id), JobState::kRestarting);
+}
+
+TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWasted) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 7);
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 2, "/c/step-2", 1).ok());
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 5, "/c/step-5", 1).ok());
+  // The group found step-5 corrupt and restarted from step-2; step 6 was counted after step-5.
+  EXPECT_EQ(coordinator_->RollBackCheckpoint(id, 7, 5, "/c/step-5", "x").code(),
+            StatusCode::kFailedPrecondition);  // not before the committed one
+  EXPECT_EQ(coordinator_->RollBackCheckpoint(id, 7, 2, "", "x").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_->RollBackCheckpoint(id, 9, 2, "/c/step-2", "x").code(),
+            StatusCode::kAborted);
+  ASSERT_TRUE(coordinator_->RollBackCheckpoint(id, 7, 2, "/c/step-2", "step-5 corrupt").ok());
+  const auto check = [&] {
+    const JobInfo job = *coordinator_->GetJob(id);
+    EXPECT_EQ(job.committed_step, 2);
+    EXPECT_EQ(job.checkpoint_path, "/c/step-2");
+    EXPECT_EQ(job.ledger.steps, 2);
+    EXPECT_EQ(job.ledger.tokens, 2 * 128);
+    EXPECT_EQ(job.ledger.wasted_steps, 5);  // steps 2..6
+    EXPECT_EQ(job.ledger.wasted_tokens, 5 * 128);
+  };
+  check();
+  Restart();  // the rollback is durable, and the rolled-back step records are gone
+  check();
+  // Steps 2.. are counted again as the group redoes them.
+  StatusOr<ReportResult> r = coordinator_->ReportStep(Report(id, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->duplicate);
+  EXPECT_EQ(LedgerOf(id).steps, 3);
+  // Back to scratch: step 0 and no path.
+  ASSERT_TRUE(coordinator_->RollBackCheckpoint(id, 7, 0, "", "step-2 corrupt").ok());
+  EXPECT_EQ(LedgerOf(id).steps, 0);
+  EXPECT_EQ(coordinator_->GetJob(id)->checkpoint_path, "");
 }
 
 }  // namespace
