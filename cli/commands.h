@@ -12,6 +12,7 @@ int RunConfig(const std::vector<std::string>& args);
 int RunModel(const std::vector<std::string>& args);
 int RunTrain(const std::vector<std::string>& args);
 int RunWorker(const std::vector<std::string>& args);  // worker_command.cc
+int RunCkpt(const std::vector<std::string>& args);    // ckpt_command.cc
 int RunIngest(const std::vector<std::string>& args);
 int RunData(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);

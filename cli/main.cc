@@ -28,6 +28,7 @@ const Command kCommands[] = {
      RunTrain},
     {"worker", "one rank of a coordinated job's worker group (started by the coordinator)",
      RunWorker},
+    {"ckpt", "list, verify or export checkpoints: `fullband ckpt ls|verify|export PATH`", RunCkpt},
     {"ingest", "tokenize text / JSONL / directories into a token store (--input, --out, --seq-len)",
      RunIngest},
     {"data", "inspect or check a token store: `fullband data info|verify STORE`", RunData},

@@ -14,17 +14,21 @@ namespace fullband::cli {
 namespace {
 
 constexpr char kTrainUsage[] =
-    "usage: fullband train CONFIG.yaml [--steps N] [--json]\n"
+    "usage: fullband train CONFIG.yaml [--steps N] [--resume DIR] [--json]\n"
     "  Trains on data.path (little-endian uint32 token ids) or the token stores of data.sources\n"
     "  (written by `fullband ingest`) for schedule.steps steps (or N) or the budget's,\n"
     "  alone or under `mpirun -np TP×DP` with the layout of `parallel`,\n"
     "  each step's pass count drawn from schedule.phases. Logs per step: passes, loss per\n"
-    "  pass, gradient norm, learning rate, tokens, token-equivalents, tokens/s and MFU.\n";
+    "  pass, gradient norm, learning rate, tokens, token-equivalents, tokens/s and MFU.\n"
+    "  Saves checkpoints under checkpoint.dir (none when it is \"\") every\n"
+    "  checkpoint.every_steps steps and at the end. --resume DIR continues from a checkpoint\n"
+    "  (a step-<N> directory, or a checkpoint.dir whose newest complete one is taken), written\n"
+    "  at any layout, exactly as the uninterrupted run would have gone on.\n";
 
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, {"steps"}, {"json", "help"});
+  StatusOr<Flags> flags = Flags::Parse(args, {"steps", "resume"}, {"json", "help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
     if (!flags.ok()) std::fprintf(stderr, "fullband train: %s\n", flags.status().message().c_str());
     std::fputs(kTrainUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
@@ -49,10 +53,12 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   const bool leader = group->world->rank() == 0;
   const int64_t every = config->runtime.log_every;
-  StatusOr<worker::TrainSummary> summary =
-      worker::TrainLocal(*config, group->world.get(), [&](const worker::StepRecord& r) {
+  StatusOr<worker::TrainSummary> summary = worker::TrainLocal(
+      *config, group->world.get(),
+      [&](const worker::StepRecord& r) {
         if (leader && LogThisStep(r, every)) PrintStepRecord(r, json);
-      });
+      },
+      flags->Get("resume", ""));
   if (!summary.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", summary.status().ToString().c_str());
     if (group->mpi != nullptr) worker::MpiSession::Abort(1);  // the other ranks may be waiting

@@ -8,11 +8,13 @@
 // no rank is left waiting for a dead peer.
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/step_log.h"
+#include "common/failpoint.h"
 #include "common/logging.h"
 #include "coordinator/client.h"
 #include "proto/config_convert.h"
@@ -24,11 +26,16 @@ namespace {
 
 constexpr char kWorkerUsage[] =
     "usage: fullband worker [--collective-timeout SECONDS] [--lease-timeout SECONDS] [--json]\n"
+    "                       [--failpoint NAME@STEP --failpoint-rank R]\n"
     "  One rank of a job's worker group; the coordinator's launcher starts it under mpirun\n"
     "  with FULLBAND_COORDINATOR, FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and\n"
     "  FULLBAND_TLS_CA set. --collective-timeout (default 60): how long a rank waits for its\n"
     "  peers in a collective before the group is aborted; --lease-timeout (default 600): how\n"
-    "  long the ranks wait for rank 0's next step (its retries of the coordinator included).\n";
+    "  long the ranks wait for rank 0's next step (its retries of the coordinator included).\n"
+    "  Checkpoints go to checkpoint.dir, or FULLBAND_JOB_DIR/checkpoints when it is \"\".\n"
+    "  --failpoint (crash tests): rank R (default 0) of attempt 0 kills itself at NAME@STEP,\n"
+    "  checkpoint.after_shard (its shard written, before the manifest) or\n"
+    "  checkpoint.after_rename (rank 0: committed on disk, not yet reported).\n";
 
 struct Registration {
   Config config;
@@ -74,6 +81,51 @@ StatusOr<Registration> Register(worker::Communicator& world, std::chrono::millis
   return out;
 }
 
+// --failpoint NAME@STEP on rank --failpoint-rank of attempt 0 (a relaunch runs clean).
+Status ArmFailpoint(const Flags& flags, int rank) {
+  if (!flags.Has("failpoint")) return OkStatus();
+  FB_ASSIGN_OR_RETURN(const int64_t which, flags.GetInt("failpoint-rank", 0));
+  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
+  if (which != rank || (attempt != nullptr && std::atoll(attempt) != 0)) return OkStatus();
+  return failpoint::Arm(flags.Get("failpoint", ""));
+}
+
+// Where the job's checkpoints go: checkpoint.dir, or the job's directory that the coordinator
+// names in FULLBAND_JOB_DIR.
+std::string CheckpointRoot(const Config& config) {
+  if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
+  const char* job_dir = std::getenv("FULLBAND_JOB_DIR");
+  if (job_dir != nullptr && job_dir[0] != '\0') return std::string(job_dir) + "/checkpoints";
+  FB_LOG(WARNING) << "neither checkpoint.dir nor FULLBAND_JOB_DIR is set: this job saves no "
+                     "checkpoints and restarts from step 0";
+  return "";
+}
+
+// Restores the registration's checkpoint (or an older one, which the coordinator is told of);
+// returns the sampler cursor to open the data at (none: from scratch).
+StatusOr<std::optional<dataloader::SamplerCursor>> Resume(worker::Trainer& trainer,
+                                                          Registration& reg,
+                                                          coordinator::WorkerClient* client) {
+  FB_ASSIGN_OR_RETURN(const worker::Trainer::Restored restored,
+                      trainer.Restore(reg.checkpoint_path, /*scratch_last=*/true));
+  const checkpoint::TrainingState& state = restored.state;
+  if (state.step != reg.resume_step && client != nullptr) {
+    FB_RETURN_IF_ERROR(
+        client->RollBack(state.step, restored.path,
+                         "checkpoint " + reg.checkpoint_path + ": " + restored.fallback_reason));
+  }
+  reg.resume_step = state.step;
+  if (trainer.layout().tp_rank == 0 && trainer.layout().dp_rank == 0) {
+    FB_LOG(INFO) << "resuming at step " << state.step << " from "
+                 << (restored.path.empty() ? "scratch" : restored.path);
+  }
+  if (state.step == 0) return std::optional<dataloader::SamplerCursor>();
+  dataloader::SamplerCursor cursor;
+  cursor.draws = state.sampler_draws;
+  for (const checkpoint::SourceCursor& c : state.sources) cursor.consumed.push_back(c.consumed);
+  return std::optional<dataloader::SamplerCursor>(std::move(cursor));
+}
+
 // Everything after MPI is up; returns how the run ended.
 StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& flags,
                                     std::unique_ptr<coordinator::WorkerClient>* client) {
@@ -83,21 +135,22 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
     return InvalidArgumentError("--collective-timeout and --lease-timeout must be >= 1 second");
   }
   world.set_timeout(std::chrono::seconds(collective_s));
+  FB_RETURN_IF_ERROR(ArmFailpoint(flags, world.rank()));
   FB_ASSIGN_OR_RETURN(Registration reg, Register(world, std::chrono::seconds(lease_s), client));
-  if (reg.resume_step != 0 || !reg.checkpoint_path.empty()) {
-    return UnimplementedError("the job resumes at step " + std::to_string(reg.resume_step) +
-                              " from checkpoint '" + reg.checkpoint_path +
-                              "', and this worker cannot load checkpoints yet");
-  }
   const Config& config = reg.config;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
                       worker::CreateRuntimeBackend(config.runtime));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Trainer> trainer,
-                      worker::Trainer::Create(config, backend.get(), &world));
-  const worker::Layout& layout = trainer->layout();
   FB_ASSIGN_OR_RETURN(
-      std::unique_ptr<worker::BatchSource> data,
-      worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step));
+      std::unique_ptr<worker::Trainer> trainer,
+      worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config)));
+  const worker::Layout& layout = trainer->layout();
+  std::optional<dataloader::SamplerCursor> cursor;
+  if (reg.resume_step != 0) {
+    FB_ASSIGN_OR_RETURN(cursor, Resume(*trainer, reg, client->get()));
+  }
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::BatchSource> data,
+                      worker::BatchSource::Open(config, layout.dp_rank, layout.dp, reg.resume_step,
+                                                cursor ? &*cursor : nullptr));
   if (world.rank() == 0) {
     FB_LOG(INFO) << "worker group of " << world.size() << " rank(s) (dp " << layout.dp << ") on "
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
@@ -116,7 +169,8 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
 
 int RunWorker(const std::vector<std::string>& args) {
   StatusOr<Flags> flags =
-      Flags::Parse(args, {"collective-timeout", "lease-timeout"}, {"json", "help"});
+      Flags::Parse(args, {"collective-timeout", "lease-timeout", "failpoint", "failpoint-rank"},
+                   {"json", "help"});
   if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
     if (!flags.ok())
       std::fprintf(stderr, "fullband worker: %s\n", flags.status().message().c_str());

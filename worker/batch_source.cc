@@ -5,7 +5,8 @@
 namespace fullband::worker {
 
 StatusOr<std::unique_ptr<BatchSource>> BatchSource::Open(const Config& config, int dp_rank,
-                                                         int dp_size, int64_t first_step) {
+                                                         int dp_size, int64_t first_step,
+                                                         const dataloader::SamplerCursor* start) {
   const DataConfig& d = config.data;
   if (dp_size < 1 || d.batch_size % dp_size != 0) {
     return InvalidArgumentError("data.batch_size: " + std::to_string(d.batch_size) +
@@ -17,7 +18,18 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::Open(const Config& config, i
   src->dp_rank_ = dp_rank;
   src->dp_size_ = dp_size;
   src->next_step_ = first_step;
+  src->cursor_.draws = static_cast<uint64_t>(first_step * d.batch_size);
+  if (start != nullptr && start->draws != src->cursor_.draws) {
+    return InvalidArgumentError(
+        "sampler cursor: " + start->ToString() + " is not at step " + std::to_string(first_step) +
+        " (" + std::to_string(src->cursor_.draws) + " draws with data.batch_size " +
+        std::to_string(d.batch_size) + ")");
+  }
   if (!d.path.empty()) {
+    if (start != nullptr && !start->consumed.empty()) {
+      return InvalidArgumentError("sampler cursor: " + start->ToString() +
+                                  " is of token stores, and data.path is a token file");
+    }
     FB_ASSIGN_OR_RETURN(TokenFile file,
                         TokenFile::Open(d.path, config.model.vocab_size, d.seq_len));
     src->file_ = std::make_unique<TokenFile>(std::move(file));
@@ -30,11 +42,12 @@ StatusOr<std::unique_ptr<BatchSource>> BatchSource::Open(const Config& config, i
         "data: name the training data, either data.path (a token file) or data.sources "
         "(token stores written by `fullband ingest`)");
   }
-  FB_RETURN_IF_ERROR(src->OpenStores(config, first_step));
+  FB_RETURN_IF_ERROR(src->OpenStores(config, first_step, start));
   return src;
 }
 
-Status BatchSource::OpenStores(const Config& config, int64_t first_step) {
+Status BatchSource::OpenStores(const Config& config, int64_t first_step,
+                               const dataloader::SamplerCursor* start) {
   const DataConfig& d = config.data;
   std::vector<int64_t> sizes;
   std::vector<double> weights;
@@ -46,6 +59,7 @@ Status BatchSource::OpenStores(const Config& config, int64_t first_step) {
     if (store->num_sequences() == 0) {
       return FailedPreconditionError(s.store + ": the store holds no full sequence yet");
     }
+    if (tokenizer_hash_.empty()) tokenizer_hash_ = store->metadata().tokenizer_hash;
     sizes.push_back(store->num_sequences());
     weights.push_back(s.weight);
     sequences += store->num_sequences();
@@ -61,10 +75,14 @@ Status BatchSource::OpenStores(const Config& config, int64_t first_step) {
   ro.prefetch = d.prefetch;
   ro.dp_rank = dp_rank_;
   ro.dp_size = dp_size_;
-  const dataloader::SamplerCursor start =
-      sampler.CursorAt(static_cast<uint64_t>(first_step * global_batch_));
+  if (start != nullptr) {
+    FB_RETURN_IF_ERROR(sampler.CheckCursor(*start));
+    cursor_ = *start;
+  } else {
+    cursor_ = sampler.CursorAt(static_cast<uint64_t>(first_step * global_batch_));
+  }
   FB_ASSIGN_OR_RETURN(reader_,
-                      dataloader::BatchReader::Create(stores, std::move(sampler), start, ro));
+                      dataloader::BatchReader::Create(stores, std::move(sampler), cursor_, ro));
   description_ = std::to_string(sequences) + " sequences in " + std::to_string(d.sources.size()) +
                  " token store(s)";
   return OkStatus();
@@ -84,10 +102,12 @@ Status BatchSource::Read(const StepAssignment& step, int32_t* tokens) {
   if (file_) {
     file_->ReadBatch(seed_, static_cast<int64_t>(step.sampler_cursor) + dp_rank_ * rows_, rows_,
                      tokens);
+    cursor_.draws = static_cast<uint64_t>(next_step_ * global_batch_);
     return OkStatus();
   }
   FB_ASSIGN_OR_RETURN(dataloader::Batch batch, reader_->Next());
   std::copy(batch.tokens.begin(), batch.tokens.end(), tokens);
+  cursor_ = batch.cursor_after;
   return OkStatus();
 }
 

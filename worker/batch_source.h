@@ -24,19 +24,29 @@ namespace fullband::worker {
 
 class BatchSource {
  public:
-  // Errors: INVALID_ARGUMENT when the config names no data or dp does not divide the batch;
-  // those of opening the token file or stores (NOT_FOUND, DATA_LOSS, ...).
-  static StatusOr<std::unique_ptr<BatchSource>> Open(const Config& config, int dp_rank, int dp_size,
-                                                     int64_t first_step);
+  // Opens the stream at `first_step`; `start` (optional) is the sampler cursor a checkpoint
+  // saved there, which spares rebuilding it (O(draws) with several stores) and is checked.
+  // Errors: INVALID_ARGUMENT when the config names no data, dp does not divide the batch, or
+  // `start` is not a cursor of these stores at that step; those of opening the token file or
+  // stores (NOT_FOUND, DATA_LOSS, ...).
+  static StatusOr<std::unique_ptr<BatchSource>> Open(
+      const Config& config, int dp_rank, int dp_size, int64_t first_step,
+      const dataloader::SamplerCursor* start = nullptr);
 
   int64_t rows() const { return rows_; }  // B / dp
   // This rank's rows of `step` into tokens (rows(), T + 1). DATA_LOSS names a corrupt record.
   Status Read(const StepAssignment& step, int32_t* tokens);
   const std::string& description() const { return description_; }
+  // The sampler cursor after the last step read (before the first: the start): `draws` global
+  // sequences, and per store how many it gave (none for a token file).
+  const dataloader::SamplerCursor& cursor() const { return cursor_; }
+  // The tokenizer hash of the stores ("" for a token file).
+  const std::string& tokenizer_hash() const { return tokenizer_hash_; }
 
  private:
   BatchSource() = default;
-  Status OpenStores(const Config& config, int64_t first_step);
+  Status OpenStores(const Config& config, int64_t first_step,
+                    const dataloader::SamplerCursor* start);
 
   int64_t rows_ = 0, global_batch_ = 0;
   int dp_rank_ = 0, dp_size_ = 1;
@@ -46,6 +56,8 @@ class BatchSource {
   std::vector<std::unique_ptr<dataloader::RocksDbTokenStore>> stores_;
   std::unique_ptr<dataloader::BatchReader> reader_;  // reads stores_: declared after them
   std::string description_;
+  dataloader::SamplerCursor cursor_;
+  std::string tokenizer_hash_;
 };
 
 }  // namespace fullband::worker

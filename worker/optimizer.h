@@ -44,6 +44,13 @@ class AdamW {
   OptimizerStats StepRange(ops::Tensor params, ops::Tensor grads, int64_t step, int64_t total_steps,
                            double grad_norm);
 
+  // The moments of the range [begin(), end()) of the arena (end − begin floats each), which
+  // checkpoints save and restore.
+  ops::Tensor m() const { return m_all_; }
+  ops::Tensor v() const { return v_all_; }
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
+
  private:
   AdamW(const OptimConfig& optim, const ParameterTable& table, ops::Backend* backend, int64_t begin,
         int64_t end)

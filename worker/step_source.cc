@@ -55,4 +55,9 @@ Status CoordinatorStepSource::Done(const StepAssignment& step, const std::vector
   return OkStatus();
 }
 
+Status CoordinatorStepSource::Commit(int64_t step, const std::string& path, int64_t shards) {
+  if (comm_->rank() != 0) return OkStatus();
+  return client_->Commit(step, path, shards);
+}
+
 }  // namespace fullband::worker

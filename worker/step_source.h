@@ -31,6 +31,9 @@ class StepSource {
   // Step `step` ran on every rank: its global per-pass losses and wall time.
   virtual Status Done(const StepAssignment& step, const std::vector<double>& pass_loss,
                       double seconds) = 0;
+  // The checkpoint at `path` holds the state after steps [0, step) in `shards` files (rank 0
+  // calls it once the checkpoint is committed on disk; the coordinator then restarts from it).
+  virtual Status Commit(int64_t step, const std::string& path, int64_t shards) = 0;
   // The number of steps of the whole run or job (for the learning-rate schedule).
   virtual int64_t total_steps() const = 0;
   // After Next returned nullopt: "" when every step of the budget ran, else why the run
@@ -50,6 +53,7 @@ class LocalStepSource final : public StepSource {
   Status Done(const StepAssignment&, const std::vector<double>&, double) override {
     return OkStatus();
   }
+  Status Commit(int64_t, const std::string&, int64_t) override { return OkStatus(); }
   int64_t total_steps() const override { return plan_.total_steps(); }
 
  private:
@@ -72,6 +76,8 @@ class CoordinatorStepSource final : public StepSource {
   // Rank 0 reports the step (durable when OK); the other ranks do nothing.
   Status Done(const StepAssignment& step, const std::vector<double>& pass_loss,
               double seconds) override;
+  // Rank 0 calls CommitCheckpoint; the other ranks do nothing.
+  Status Commit(int64_t step, const std::string& path, int64_t shards) override;
   int64_t total_steps() const override { return total_; }
 
  private:

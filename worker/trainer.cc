@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
+#include "checkpoint/sharded.h"
 #include "common/logging.h"
 #include "common/schedule.h"
 #include "common/step_plan.h"
@@ -70,9 +72,12 @@ StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int 
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Backend* backend,
-                                                   Communicator* comm) {
+                                                   Communicator* comm,
+                                                   const std::string& checkpoint_root) {
   FB_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Trainer> t(new Trainer(config, backend, comm));
+  FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
+  t->plan_.emplace(std::move(plan));
   FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
   if ((t->layout_.dp > 1 || config.parallel.zero1) && backend->device() != ops::Device::kCpu) {
     return UnimplementedError(
@@ -107,6 +112,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
     t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
                                                     comm, kBucketBytes);
   }
+  Checkpointer::Options co;
+  co.root = checkpoint_root;
+  co.every_steps = config.checkpoint.every_steps;
+  co.keep = config.checkpoint.keep;
+  FB_ASSIGN_OR_RETURN(t->checkpointer_,
+                      Checkpointer::Create(co, t->model_.get(), t->optimizer_.get(), comm,
+                                           t->layout_.dp_rank, t->layout_.dp));
   t->tokens_.resize(rows * (config.data.seq_len + 1));
   t->peak_gflops_ =
       config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
@@ -203,6 +215,11 @@ StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
   TrainSummary summary;
   summary.peak_gflops = peak_gflops_;
   const auto start = std::chrono::steady_clock::now();
+  const Checkpointer::CommitFn commit = [&steps](int64_t step, const std::string& path,
+                                                 int64_t shards) {
+    FB_LOG(INFO) << "checkpoint of step " << step << " committed: " << path;
+    return steps.Commit(step, path, shards);
+  };
   while (true) {
     FB_ASSIGN_OR_RETURN(std::optional<StepAssignment> a, steps.Next());
     if (!a.has_value()) break;
@@ -210,8 +227,8 @@ StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
     FB_RETURN_IF_ERROR(RunStep(*a, steps, batches, rec));
     summary.tokens += a->tokens;
     summary.token_equivalents += a->tokens * a->passes;
-    rec.tokens = summary.tokens;
-    rec.token_equivalents = summary.token_equivalents;
+    rec.tokens = base_tokens_ + summary.tokens;
+    rec.token_equivalents = base_token_equivalents_ + summary.token_equivalents;
     for (int64_t k = 0; k < a->passes; ++k) {
       if (static_cast<int64_t>(summary.first_pass_loss.size()) <= k) {
         summary.first_pass_loss.resize(k + 1, NAN);
@@ -221,11 +238,107 @@ StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
       summary.last_pass_loss[k] = rec.pass_loss[k];
     }
     ++summary.steps;
+    FB_RETURN_IF_ERROR(checkpointer_->Poll(/*wait=*/false, commit));
+    if (checkpointer_->Due(a->step + 1, steps.total_steps())) {
+      checkpoint::TrainingState state = State(a->step + 1, steps.total_steps(), batches);
+      state.tokens = base_tokens_ + summary.tokens;
+      state.token_equivalents = base_token_equivalents_ + summary.token_equivalents;
+      FB_RETURN_IF_ERROR(checkpointer_->Save(state, commit));
+      rec.checkpoint_stall_seconds = checkpointer_->last_stall_seconds();
+    }
     if (on_step) on_step(rec);
   }
   summary.stop_reason = steps.stop_reason();
+  if (summary.stop_reason.empty()) {
+    FB_RETURN_IF_ERROR(checkpointer_->Poll(/*wait=*/true, commit));
+  } else {
+    checkpointer_->Abandon();  // the job is over or restarting: its commit would be refused
+  }
   summary.seconds = Seconds(start);
   return summary;
+}
+
+checkpoint::TrainingState Trainer::State(int64_t steps_done, int64_t total_steps,
+                                         const BatchSource& batches) const {
+  checkpoint::TrainingState s;
+  s.step = steps_done;
+  s.total_steps = total_steps;
+  const bool more = steps_done < plan_->total_steps();
+  s.next_passes = more ? plan_->Passes(steps_done) : 0;
+  s.next_step_seed = more ? plan_->Assign(steps_done).seed : 0;
+  s.optimizer_step = steps_done;
+  s.data_seed = static_cast<uint64_t>(config_.data.seed);
+  s.sampler_draws = batches.cursor().draws;
+  for (size_t i = 0; i < batches.cursor().consumed.size(); ++i) {
+    s.sources.push_back({config_.data.sources.at(i).store, batches.cursor().consumed[i]});
+  }
+  s.tokenizer_hash = batches.tokenizer_hash();
+  s.config_yaml = ConfigToYaml(config_);
+  s.tp = layout_.tp;
+  s.dp = layout_.dp;
+  s.zero1 = config_.parallel.zero1;
+  return s;
+}
+
+StatusOr<checkpoint::TrainingState> Trainer::RestoreOnAllRanks(const std::string& path) {
+  StatusOr<checkpoint::TrainingState> mine = checkpointer_->Restore(path);
+  if (mine.ok() && static_cast<uint64_t>(config_.data.seed) != mine->data_seed) {
+    mine = InvalidArgumentError("checkpoint " + path + " was written with data.seed " +
+                                std::to_string(mine->data_seed) + ", this config has " +
+                                std::to_string(config_.data.seed));
+  }
+  // Every rank takes the same way on: the error of the lowest rank that failed, if any.
+  int64_t key = mine.ok() ? 0 : comm_->size() - comm_->rank();  // the max is that rank's
+  FB_RETURN_IF_ERROR(comm_->AllReduce(&key, 1, CommType::kI64, ReduceOp::kMax));
+  if (key == 0) return mine;
+  const int failed = comm_->size() - static_cast<int>(key);
+  const StatusOr<std::string> error = BroadcastResult(
+      *comm_, failed,
+      comm_->rank() == failed ? StatusOr<std::string>(mine.status()) : StatusOr<std::string>(""),
+      comm_->timeout());
+  if (error.ok()) return InternalError("checkpoint " + path + ": rank errors disagree");
+  if (comm_->size() == 1) return error.status();
+  return Status(error.status().code(),
+                "rank " + std::to_string(failed) + ": " + error.status().message());
+}
+
+StatusOr<Trainer::Restored> Trainer::Restore(const std::string& path, bool scratch_last) {
+  Restored r;
+  r.path = path;
+  while (true) {
+    StatusOr<checkpoint::TrainingState> s = RestoreOnAllRanks(r.path);
+    if (s.ok()) {
+      r.state = *s;
+      base_tokens_ = s->tokens;
+      base_token_equivalents_ = s->token_equivalents;
+      return r;
+    }
+    const StatusCode c = s.status().code();
+    if (c != StatusCode::kDataLoss && c != StatusCode::kNotFound) return s.status();
+    if (r.fallback_reason.empty()) r.fallback_reason = s.status().ToString();
+    // Fall back to the newest complete checkpoint before it in the same root.
+    const std::filesystem::path at(r.path);
+    const int64_t failed_step = checkpoint::ParseStepDirName(at.filename().string());
+    StatusOr<std::vector<checkpoint::CheckpointEntry>> all =
+        checkpoint::ListCheckpoints(at.parent_path().string());
+    std::string previous;
+    for (const checkpoint::CheckpointEntry& e :
+         all.ok() ? *all : std::vector<checkpoint::CheckpointEntry>()) {
+      if (e.complete && e.step < failed_step) previous = e.path;
+    }
+    if (previous.empty() && !scratch_last) return s.status();
+    if (comm_->rank() == 0) {
+      FB_LOG(WARNING) << "checkpoint " << r.path << " is unusable (" << s.status().ToString()
+                      << "); falling back to "
+                      << (previous.empty() ? "step 0 (no earlier checkpoint)" : previous);
+    }
+    if (previous.empty()) {  // nothing was touched: the model is as Create initialized it
+      r.state = checkpoint::TrainingState();
+      r.path.clear();
+      return r;
+    }
+    r.path = previous;
+  }
 }
 
 Status Trainer::SaveIfAsked() const {
@@ -233,16 +346,54 @@ Status Trainer::SaveIfAsked() const {
   return model_->SaveParameters(config_.runtime.save_to);
 }
 
+namespace {
+
+// `path` itself when it holds a manifest, else the newest complete checkpoint under it.
+StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(path) / checkpoint::kManifestName, ec)) {
+    return path;
+  }
+  StatusOr<std::vector<checkpoint::CheckpointEntry>> all = checkpoint::ListCheckpoints(path);
+  if (!all.ok()) return NotFoundError("--resume " + path + ": " + all.status().message());
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    if (it->complete) return it->path;
+  }
+  return NotFoundError("--resume " + path +
+                       ": neither a checkpoint (no manifest.json) nor a directory holding a "
+                       "complete one");
+}
+
+}  // namespace
+
 StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
-                                  const std::function<void(const StepRecord&)>& on_step) {
+                                  const std::function<void(const StepRecord&)>& on_step,
+                                  const std::string& resume) {
   FB_RETURN_IF_ERROR(config.Validate());
   FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, CreateRuntimeBackend(config.runtime));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
-                      Trainer::Create(config, backend.get(), comm));
+                      Trainer::Create(config, backend.get(), comm, config.checkpoint.dir));
   const Layout& layout = trainer->layout();
+  int64_t first_step = 0;
+  std::optional<dataloader::SamplerCursor> cursor;
+  if (!resume.empty()) {
+    FB_ASSIGN_OR_RETURN(const std::string path, ResolveCheckpoint(resume));
+    FB_ASSIGN_OR_RETURN(const Trainer::Restored restored, trainer->Restore(path));
+    const checkpoint::TrainingState& state = restored.state;
+    first_step = state.step;
+    cursor.emplace();
+    cursor->draws = state.sampler_draws;
+    for (const checkpoint::SourceCursor& c : state.sources) cursor->consumed.push_back(c.consumed);
+    if (comm->rank() == 0) {
+      FB_LOG(INFO) << "resuming at step " << first_step << " from " << restored.path
+                   << " (written at tp " << state.tp << " × dp " << state.dp
+                   << (state.zero1 ? ", ZeRO-1" : "") << ")";
+    }
+  }
   FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
-                      BatchSource::Open(config, layout.dp_rank, layout.dp, 0));
+                      BatchSource::Open(config, layout.dp_rank, layout.dp, first_step,
+                                        cursor ? &*cursor : nullptr));
   const Model& m = trainer->model();
   if (comm->rank() == 0) {
     FB_LOG(INFO) << "training " << m.table().CountParameters() << " parameters on "
@@ -253,7 +404,7 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                  << RecomputeName(config.runtime.recompute) << ", activations "
                  << m.activation_bytes() / (1 << 20) << " MiB";
   }
-  LocalStepSource steps(std::move(plan), 0);
+  LocalStepSource steps(std::move(plan), first_step);
   FB_ASSIGN_OR_RETURN(TrainSummary summary, trainer->Run(steps, *data, on_step));
   FB_RETURN_IF_ERROR(trainer->SaveIfAsked());
   return summary;

@@ -16,12 +16,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "common/status.h"
+#include "common/step_plan.h"
 #include "ops/backend.h"
 #include "worker/batch_source.h"
+#include "worker/checkpointer.h"
 #include "worker/communicator.h"
 #include "worker/data_parallel.h"
 #include "worker/model.h"
@@ -38,14 +42,15 @@ struct StepRecord {
   double total_loss = 0;
   double grad_norm = 0;
   double lr = 0;
-  int64_t tokens = 0;             // cumulative input tokens of this run (global batch)
+  int64_t tokens = 0;             // cumulative input tokens (global batch), from step 0
   int64_t token_equivalents = 0;  // cumulative tokens × passes
   double step_seconds = 0;
-  double tokens_per_s = 0;          // this step's global tokens / its wall time
-  double model_flops = 0;           // this step's model FLOPs (global)
-  double mfu = 0;                   // model FLOPs / time / (peak × ranks)
-  double comm_exposed_seconds = 0;  // waiting for the gradient reduction after backward
-  double comm_hidden_fraction = 0;  // of the gradient bytes, reduced before backward ended
+  double tokens_per_s = 0;              // this step's global tokens / its wall time
+  double model_flops = 0;               // this step's model FLOPs (global)
+  double mfu = 0;                       // model FLOPs / time / (peak × ranks)
+  double comm_exposed_seconds = 0;      // waiting for the gradient reduction after backward
+  double comm_hidden_fraction = 0;      // of the gradient bytes, reduced before backward ended
+  double checkpoint_stall_seconds = 0;  // the snapshot of a checkpoint after this step (0: none)
 };
 
 struct TrainSummary {
@@ -78,11 +83,28 @@ class Trainer {
  public:
   // Builds the model and optimizer for `config` (validated) on `backend`, with `comm` the whole
   // group (size tp × dp). Parameters are initialized (runtime.init_seed) or loaded
-  // (runtime.init_from) identically on every rank. `backend` and `comm` outlive the trainer.
+  // (runtime.init_from) identically on every rank. Checkpoints are saved under
+  // `checkpoint_root` ("" = none) as config.checkpoint says. `backend` and `comm` outlive the
+  // trainer.
   static StatusOr<std::unique_ptr<Trainer>> Create(const Config& config, ops::Backend* backend,
-                                                   Communicator* comm);
+                                                   Communicator* comm,
+                                                   const std::string& checkpoint_root = "");
 
-  // Runs the steps of `steps` until it ends. `on_step` (optional) sees every step's record, on
+  // Restores the checkpoint `path` (a step-<N> directory) on every rank, so that the next step
+  // run is its step N. When it cannot be read (a missing, truncated or corrupt file, on any
+  // rank) it falls back to the newest complete checkpoint before it in the same root, and logs
+  // which; with `scratch_last`, to step 0 (the initial state) when none loads. Errors:
+  // INVALID_ARGUMENT for a checkpoint of another model or data stream; DATA_LOSS / NOT_FOUND
+  // when no checkpoint at or before `path` loads (and not scratch_last).
+  struct Restored {
+    checkpoint::TrainingState state;  // step 0 and nothing else: from scratch
+    std::string path;                 // what was loaded ("" from scratch)
+    std::string fallback_reason;      // why `path` is not the one asked for ("" when it is)
+  };
+  StatusOr<Restored> Restore(const std::string& path, bool scratch_last = false);
+
+  // Runs the steps of `steps` until it ends, saving checkpoints on the way (and at the end,
+  // when the run ends because every step ran). `on_step` (optional) sees every step's record, on
   // every rank. Errors: the batch source's (a corrupt record is DATA_LOSS naming it), the step
   // source's, the communicator's (DEADLINE_EXCEEDED: a peer is gone), INTERNAL for a loss that
   // is not finite.
@@ -93,7 +115,9 @@ class Trainer {
   Status SaveIfAsked() const;
 
   Model& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
   const Layout& layout() const { return layout_; }
+  Checkpointer& checkpointer() { return *checkpointer_; }
 
  private:
   Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
@@ -102,6 +126,11 @@ class Trainer {
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
   // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
   StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
+  // The training state after steps [0, steps_done).
+  checkpoint::TrainingState State(int64_t steps_done, int64_t total_steps,
+                                  const BatchSource& batches) const;
+  // Restore of one checkpoint, agreed by every rank: OK only if it loaded everywhere.
+  StatusOr<checkpoint::TrainingState> RestoreOnAllRanks(const std::string& path);
 
   Config config_;
   ops::Backend* backend_;
@@ -110,6 +139,10 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<GradientReducer> reducer_;  // with dp > 1, without ZeRO-1
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::optional<StepPlan> plan_;
+  // The ledger of the steps before this run (those of the restored checkpoint).
+  int64_t base_tokens_ = 0, base_token_equivalents_ = 0;
   // ZeRO-1: this rank's shard of the arena, its summed gradients and a copy for the gather.
   int64_t shard_begin_ = 0, shard_floats_ = 0;
   std::vector<float> grad_shard_, param_shard_;
@@ -119,8 +152,11 @@ class Trainer {
 };
 
 // `fullband train`: the run of `config` on this process's backend with the local step plan,
-// over `comm` (one rank, or an mpirun group laid out by config.parallel), from step 0.
+// over `comm` (one rank, or an mpirun group laid out by config.parallel), from step 0 or, with
+// `resume` set, from that checkpoint (a step-<N> directory, or a root whose newest complete
+// checkpoint is taken). Checkpoints go to config.checkpoint.dir (none when it is "").
 StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
-                                  const std::function<void(const StepRecord&)>& on_step);
+                                  const std::function<void(const StepRecord&)>& on_step,
+                                  const std::string& resume = "");
 
 }  // namespace fullband::worker

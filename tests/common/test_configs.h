@@ -1,4 +1,4 @@
-// The small job config that the step-plan and coordinator tests share.
+// The small configs that several tests share.
 #pragma once
 
 #include "common/config.h"
@@ -20,6 +20,25 @@ inline Config SmallTestConfig() {
   c.data.seq_len = 32;
   c.budget.amount = 128 * 20;
   return c;
+}
+
+// The tiny model of the parallel and checkpoint tests: 2 layers of width 32, a vocabulary of 260
+// (256 bytes, EOD 256; divisible by 4 ranks, should tensor parallelism want it), windows of 8
+// with every second layer full.
+inline ModelConfig TinyTestModel() {
+  ModelConfig m;
+  m.vocab_size = 260;
+  m.eod_id = 256;
+  m.d_model = 32;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 8;
+  m.ffn_dim = 64;
+  m.max_seq_len = 32;
+  m.window = 8;
+  m.full_attention_every = 2;
+  return m;
 }
 
 }  // namespace fullband

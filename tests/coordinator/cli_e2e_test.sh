@@ -8,14 +8,7 @@ fullband=$1
 fake_worker=$2
 source "$(dirname "$0")/e2e_lib.sh"
 
-cat > "$dir/coordinator.yaml" <<YAML
-listen: 127.0.0.1:0
-store_dir: $dir/store
-jobs_dir: $dir/jobs
-tick_seconds: 0.05
-heartbeat_interval_seconds: 0.5
-direct_single_process: true
-YAML
+write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true"
 cat > "$dir/job.yaml" <<YAML
 model: {vocab_size: 512, eod_id: 0, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, ffn_dim: 128}
 data: {batch_size: 4, seq_len: 32}

@@ -1,5 +1,6 @@
 # Sourced by the end-to-end test scripts: a scratch directory `$dir` removed on exit (with the
-# coordinator, if still running), `fail MESSAGE`, and `start_coordinator FULLBAND CONFIG`.
+# coordinator, if still running), `fail MESSAGE`, `start_coordinator FULLBAND CONFIG` and
+# `write_coordinator_config FILE [EXTRA]`.
 dir=$(mktemp -d)
 coordinator_pid=
 cleanup() {
@@ -20,4 +21,17 @@ start_coordinator() {
   local line
   read -r -u 3 line || fail "coordinator did not start: $(cat "$dir/coordinator.err")"
   export FULLBAND_COORDINATOR=127.0.0.1:${line##* }
+}
+
+# Writes a coordinator.yaml for a local test to $1: loopback on a free port, its store and job
+# directories under $dir, fast ticks and heartbeats; lines of $2 are appended.
+write_coordinator_config() {
+  cat > "$1" <<YAML
+listen: 127.0.0.1:0
+store_dir: $dir/store
+jobs_dir: $dir/jobs
+tick_seconds: 0.05
+heartbeat_interval_seconds: 0.5
+${2:-}
+YAML
 }

@@ -14,6 +14,7 @@
 
 #include "common/random.h"
 #include "common/step_plan.h"
+#include "tests/common/test_configs.h"
 #include "worker/in_process_communicator.h"
 #include "worker/trainer.h"
 
@@ -37,18 +38,8 @@ std::string TokenFile() {
 Config TinyConfig(int64_t passes, Recompute recompute, bool zero1 = false) {
   Config c;
   c.parallel.zero1 = zero1;
+  c.model = TinyTestModel();
   ModelConfig& m = c.model;
-  m.vocab_size = 260;  // divisible by 4 ranks, should tensor parallelism want it
-  m.eod_id = 256;
-  m.d_model = 32;
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 8;
-  m.ffn_dim = 64;
-  m.max_seq_len = 32;
-  m.window = 8;
-  m.full_attention_every = 2;
   m.jitter = 0.02;
   m.prefix_mixin = true;
   c.data.path = TokenFile();

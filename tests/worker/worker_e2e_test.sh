@@ -23,13 +23,7 @@ for name in sorted(os.listdir(root)):
 open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
 PY
 
-cat > "$dir/coordinator.yaml" <<YAML
-listen: 127.0.0.1:0
-store_dir: $dir/store
-jobs_dir: $dir/jobs
-tick_seconds: 0.05
-heartbeat_interval_seconds: 0.5
-YAML
+write_coordinator_config "$dir/coordinator.yaml"
 job() {  # $1 = dp, $2 = budget in token-equivalents (default 40960)
   cat <<YAML
 model: {vocab_size: 258, eod_id: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2,

@@ -1,0 +1,304 @@
+// Checkpoints through the trainer, ranks as threads: 2N steps in one run against N steps, a stop
+// and N steps resumed from the checkpoint — every parameter and AdamW moment bitwise, the same
+// per-pass losses — at 1 × 1, DP2 and DP2 with ZeRO-1, with K = 1, 2, 3 and two blended token
+// stores; a checkpoint written at one layout loads at another (reshard); a corrupt newest
+// checkpoint falls back to the one before; one of another model is refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "checkpoint/sharded.h"
+#include "dataloader/token_store.h"
+#include "tests/common/test_configs.h"
+#include "worker/in_process_communicator.h"
+#include "worker/trainer.h"
+
+namespace fullband::worker {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kHalf = 4;  // N
+
+// A token store of `n` random records of 25 tokens (ids < 250, some EOD 256).
+std::string MakeStore(const std::string& path, uint32_t seed, size_t n) {
+  fs::remove_all(path);
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> ids(n * 25);
+  for (uint32_t& id : ids) id = rng() % 40 == 0 ? 256 : rng() % 250;
+  auto w = dataloader::TokenStoreWriter::Open(path, {"test", "-", 260, 24}, "{}");
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE((*w)->Append(ids).ok());
+  dataloader::StoreSource src{
+      path, ids.size(), std::to_string(seed), 1, static_cast<int64_t>(ids.size()), 0};
+  EXPECT_TRUE((*w)->Commit({}, {src}).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  return path;
+}
+
+class CheckpointResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/ckpt_resume_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    a_ = MakeStore(dir_ + "/a.store", 1, 300);
+    b_ = MakeStore(dir_ + "/b.store", 2, 200);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Config MakeConfig(int dp, bool zero1, const std::string& ckpt) const {
+    Config c;
+    c.model = TinyTestModel();
+    c.parallel.dp = dp;
+    c.parallel.zero1 = zero1;
+    c.data.sources = {{a_, 0.7}, {b_, 0.3}};
+    c.data.batch_size = 8;
+    c.data.seq_len = 24;
+    c.optim.warmup_steps = 2;
+    c.schedule.steps = 2 * kHalf;
+    c.schedule.phases = {{1.0, {{1, 0.34}, {2, 0.33}, {3, 0.33}}}};
+    c.checkpoint.dir = ckpt;
+    c.checkpoint.every_steps = kHalf;
+    c.checkpoint.keep = 0;
+    c.runtime.threads = 1;
+    c.runtime.peak_gflops = 1;
+    return c;
+  }
+
+  struct Run {
+    std::string error;
+    std::vector<std::vector<double>> losses;  // rank 0's, per step
+    std::vector<int64_t> passes;
+  };
+
+  // Runs `config` as config.parallel.dp threads: from scratch (or from `resume`), stopping
+  // after `stop_after` steps of this run (-1: to the end) as if the budget were spent there.
+  Run Train(const Config& config, const std::string& resume, int64_t stop_after = -1) {
+    const int dp = static_cast<int>(config.parallel.dp);
+    std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(dp);
+    std::vector<Run> runs(dp);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < dp; ++r) {
+      threads.emplace_back([&, r] {
+        StatusOr<TrainSummary> s = TrainUntil(config, group[r].get(), resume, stop_after, &runs[r]);
+        if (!s.ok()) runs[r].error = s.status().ToString();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const Run& r : runs) {
+      if (!r.error.empty()) return r;
+    }
+    return runs[0];
+  }
+
+  // The shard files of `dir`, byte for byte, by name.
+  static std::map<std::string, std::string> Shards(const std::string& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!name.ends_with(".safetensors")) continue;
+      std::ifstream in(e.path(), std::ios::binary);
+      out[name] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return out;
+  }
+
+  std::string dir_, a_, b_;
+
+ private:
+  // A local plan that ends early with an empty stop reason (the final save runs).
+  class StopAfter final : public StepSource {
+   public:
+    StopAfter(StepPlan plan, int64_t first, int64_t count)
+        : inner_(plan, first), total_(plan.total_steps()), left_(count) {}
+    StatusOr<std::optional<StepAssignment>> Next() override {
+      if (left_ == 0) return std::optional<StepAssignment>();
+      --left_;
+      return inner_.Next();
+    }
+    Status Done(const StepAssignment&, const std::vector<double>&, double) override {
+      return OkStatus();
+    }
+    Status Commit(int64_t, const std::string&, int64_t) override { return OkStatus(); }
+    int64_t total_steps() const override { return total_; }
+
+   private:
+    LocalStepSource inner_;
+    int64_t total_, left_;
+  };
+
+  StatusOr<TrainSummary> TrainUntil(const Config& c, Communicator* comm, const std::string& resume,
+                                    int64_t stop_after, Run* out) {
+    if (stop_after < 0) {
+      return TrainLocal(
+          c, comm,
+          [&](const StepRecord& r) {
+            out->losses.push_back(r.pass_loss);
+            out->passes.push_back(r.passes);
+          },
+          resume);
+    }
+    FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> be, CreateRuntimeBackend(c.runtime));
+    FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t,
+                        Trainer::Create(c, be.get(), comm, c.checkpoint.dir));
+    FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
+                        BatchSource::Open(c, t->layout().dp_rank, t->layout().dp, 0));
+    FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(c));
+    StopAfter steps(std::move(plan), 0, stop_after);
+    return t->Run(steps, *data, [&](const StepRecord& r) {
+      out->losses.push_back(r.pass_loss);
+      out->passes.push_back(r.passes);
+    });
+  }
+};
+
+TEST_F(CheckpointResumeTest, OneRank_ResumesBitwise) {
+  const std::string whole = dir_ + "/whole", split = dir_ + "/split";
+  const Run full = Train(MakeConfig(1, false, whole), "");
+  ASSERT_EQ(full.error, "");
+  const Run first = Train(MakeConfig(1, false, split), "", kHalf);
+  ASSERT_EQ(first.error, "");
+  const Run second = Train(MakeConfig(1, false, split), split + "/step-4");
+  ASSERT_EQ(second.error, "");
+  // The same losses, pass for pass, and the same parameters and moments, bit for bit.
+  ASSERT_EQ(first.losses.size() + second.losses.size(), full.losses.size());
+  std::vector<std::vector<double>> joined = first.losses;
+  joined.insert(joined.end(), second.losses.begin(), second.losses.end());
+  EXPECT_EQ(joined, full.losses);
+  std::set<int64_t> ks(full.passes.begin(), full.passes.end());
+  EXPECT_EQ(ks, (std::set<int64_t>{1, 2, 3}));
+  EXPECT_EQ(Shards(split + "/step-8"), Shards(whole + "/step-8"));
+  // The training state, too (sampler cursors of both stores, ledger, seeds); the configs
+  // differ in checkpoint.dir only.
+  auto state = [](const std::string& d) {
+    checkpoint::TrainingState s = (*checkpoint::CheckpointReader::Open(d))->manifest().state;
+    s.config_yaml.clear();
+    return s;
+  };
+  EXPECT_EQ(state(split + "/step-8"), state(whole + "/step-8"));
+  EXPECT_EQ(state(whole + "/step-8").sources.size(), 2u);
+  EXPECT_EQ(state(whole + "/step-8").tokens, 8 * 8 * 24);
+}
+
+TEST_F(CheckpointResumeTest, DataParallel_WithAndWithoutZero1_ResumesBitwise) {
+  for (bool zero1 : {false, true}) {
+    const std::string tag = zero1 ? "z" : "p";
+    const std::string whole = dir_ + "/whole" + tag, split = dir_ + "/split" + tag;
+    const Run full = Train(MakeConfig(2, zero1, whole), "");
+    ASSERT_EQ(full.error, "");
+    ASSERT_EQ(Train(MakeConfig(2, zero1, split), "", kHalf).error, "");
+    const Run second = Train(MakeConfig(2, zero1, split), split);  // the newest under it
+    ASSERT_EQ(second.error, "");
+    EXPECT_EQ(std::vector<std::vector<double>>(full.losses.begin() + kHalf, full.losses.end()),
+              second.losses);
+    const auto shards = Shards(whole + "/step-8");
+    EXPECT_EQ(shards.size(), 2u);
+    EXPECT_EQ(Shards(split + "/step-8"), shards) << (zero1 ? "ZeRO-1" : "DP2");
+  }
+}
+
+TEST_F(CheckpointResumeTest, Reshard_DP2Zero1ToOneRankAndBack) {
+  const std::string one = dir_ + "/one", z = dir_ + "/z";
+  const Run alone = Train(MakeConfig(1, false, one), "");
+  ASSERT_EQ(alone.error, "");
+  ASSERT_EQ(Train(MakeConfig(2, true, z), "", kHalf).error, "");
+  // DP2 + ZeRO-1's step-4 at one rank, and one rank's step-4 at DP2 + ZeRO-1: the next steps'
+  // losses agree with the one-rank run's within 1e-5.
+  for (const auto& [config, from] :
+       {std::pair{MakeConfig(1, false, dir_ + "/r1"), z + "/step-4"},
+        std::pair{MakeConfig(2, true, dir_ + "/r2"), one + "/step-4"}}) {
+    const Run r = Train(config, from);
+    ASSERT_EQ(r.error, "");
+    ASSERT_EQ(r.losses.size(), static_cast<size_t>(kHalf));
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      ASSERT_EQ(r.losses[s].size(), alone.losses[kHalf + s].size());
+      for (size_t k = 0; k < r.losses[s].size(); ++k) {
+        EXPECT_NEAR(r.losses[s][k], alone.losses[kHalf + s][k],
+                    1e-5 * std::abs(alone.losses[kHalf + s][k]))
+            << from << " step " << kHalf + s << " pass " << k + 1;
+      }
+    }
+  }
+  // Loaded at one rank, the parameters and moments are exactly what DP2 + ZeRO-1 saved: the
+  // one-rank run's step-8 written from them holds, resumed, the tensors of a one-rank save of
+  // the same state (every tensor read back whole from both layouts is equal).
+  auto reader_z = checkpoint::CheckpointReader::Open(z + "/step-4");
+  ASSERT_TRUE(reader_z.ok());
+  Config c1 = MakeConfig(1, false, "");
+  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(1);
+  auto be = CreateRuntimeBackend(c1.runtime);
+  auto t = Trainer::Create(c1, be->get(), group[0].get());
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Restore(z + "/step-4").ok());
+  for (const ParamSpec& spec : (*t)->model().table().specs()) {
+    std::vector<float> saved(spec.numel);
+    ASSERT_TRUE(
+        (*reader_z)->Read(spec.name, checkpoint::WholeTensor(spec.shape), saved.data()).ok());
+    const float* loaded = (*t)->model().params().f32() + spec.offset;
+    EXPECT_TRUE(std::equal(saved.begin(), saved.end(), loaded)) << spec.name;
+    ASSERT_TRUE(
+        (*reader_z)
+            ->Read("optim.v." + spec.name, checkpoint::WholeTensor(spec.shape), saved.data())
+            .ok());
+    const float* v = (*t)->optimizer().v().f32() + spec.offset;
+    EXPECT_TRUE(std::equal(saved.begin(), saved.end(), v)) << "optim.v." << spec.name;
+  }
+}
+
+TEST_F(CheckpointResumeTest, CorruptNewest_FallsBackToThePreviousOne) {
+  const std::string ck = dir_ + "/ck";
+  Config c = MakeConfig(2, true, ck);
+  c.schedule.steps = 3 * kHalf;
+  ASSERT_EQ(Train(c, "", 2 * kHalf).error, "");
+  // Flip a byte inside rank 1's shard of step-8: rank 1 fails to load, both ranks fall back.
+  const std::string shard = ck + "/step-8/" + checkpoint::ShardFileName(1);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 100));
+    f.put('\x7f');
+  }
+  Config again = c;
+  again.checkpoint.dir = dir_ + "/ck2";
+  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(2);
+  std::vector<StatusOr<Trainer::Restored>> got(2, InternalError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto be = CreateRuntimeBackend(again.runtime);
+      auto t = Trainer::Create(again, be->get(), group[r].get());
+      got[r] = t.ok() ? (*t)->Restore(ck + "/step-8") : t.status();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(got[r].ok()) << got[r].status().ToString();
+    EXPECT_EQ(got[r]->state.step, kHalf);
+    EXPECT_EQ(got[r]->path, ck + "/step-4");
+    EXPECT_NE(got[r]->fallback_reason.find("rank 1"), std::string::npos) << got[r]->fallback_reason;
+    EXPECT_NE(got[r]->fallback_reason.find(checkpoint::ShardFileName(1)), std::string::npos);
+  }
+}
+
+TEST_F(CheckpointResumeTest, AnotherModelOrDataSeed_IsRefusedByName) {
+  const std::string ck = dir_ + "/ck";
+  ASSERT_EQ(Train(MakeConfig(1, false, ck), "", kHalf).error, "");
+  Config wider = MakeConfig(1, false, "");
+  wider.model.ffn_dim = 96;
+  Run r = Train(wider, ck + "/step-4");
+  EXPECT_NE(r.error.find("INVALID_ARGUMENT"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("ffn"), std::string::npos) << r.error;
+  Config reseeded = MakeConfig(1, false, "");
+  reseeded.data.seed = 9;
+  r = Train(reseeded, ck + "/step-4");
+  EXPECT_NE(r.error.find("data.seed"), std::string::npos) << r.error;
+  r = Train(MakeConfig(1, false, ""), dir_ + "/nothing-here");
+  EXPECT_NE(r.error.find("NOT_FOUND"), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace fullband::worker
