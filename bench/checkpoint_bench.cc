@@ -1,0 +1,221 @@
+// bench/checkpoint_bench: sharded checkpoints of the README demo's model (V=100352 D=256 L=4,
+// 26.5M parameters: 318 MB of parameters and AdamW moments), each against a baseline measured
+// in the same round, median over --reps rounds; prints one JSON line.
+//   save:  Save → every shard written and fsynced, manifest, rename, fsync (one rank), against
+//          `dd if=/dev/zero bs=4M conv=fdatasync` of as many bytes into the same directory;
+//   stall: the step's pause for a save (the snapshot into host buffers) against one memcpy of
+//          the rank's state into a buffer already touched, and against the model's K=1 step
+//          (B=8, T=256) — the pause as a fraction of a small-config step;
+//   load:  Restore of a one-rank checkpoint at one rank (files in the page cache), and of the
+//          same state written by a DP2 + ZeRO-1 group (reshard) against it.
+// Flags: --dir DIR (default: a new directory under the working directory; not /tmp, which may
+//        be a tmpfs) --reps N (default 3) --threads N (default 2).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "cli/flags.h"
+#include "common/random.h"
+#include "worker/checkpointer.h"
+#include "worker/in_process_communicator.h"
+#include "worker/model.h"
+#include "worker/optimizer.h"
+
+namespace fullband::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using worker::Checkpointer;
+
+ModelConfig DemoModel() {
+  ModelConfig m;
+  m.vocab_size = 100352;
+  m.d_model = 256;
+  m.n_layers = 4;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 64;
+  m.ffn_dim = 704;
+  m.max_seq_len = 256;
+  m.window = 128;
+  m.full_attention_every = 2;
+  return m;
+}
+
+// One rank's model, optimizer (moments filled) and checkpointer over `comm`.
+struct Rank {
+  std::unique_ptr<ops::Backend> backend;
+  std::unique_ptr<worker::Model> model;
+  std::unique_ptr<worker::AdamW> optimizer;
+  std::unique_ptr<Checkpointer> checkpointer;
+};
+
+Rank MakeRank(worker::Communicator* comm, int dp, bool zero1, const std::string& root,
+              int threads) {
+  Rank r;
+  ops::BackendOptions bo;
+  bo.num_threads = threads;
+  r.backend = ops::CreateBackend(bo).value();
+  worker::ModelShape shape;
+  shape.max_batch = 8;
+  shape.max_seq = 256;
+  if (zero1) shape.param_multiple = 16 * dp;
+  r.model = worker::Model::Create(DemoModel(), shape, r.backend.get()).value();
+  r.model->InitParameters(1);
+  const int64_t total = r.model->params().numel();
+  const int64_t begin = zero1 ? total / dp * comm->rank() : 0;
+  const int64_t end = zero1 ? begin + total / dp : -1;
+  r.optimizer =
+      worker::AdamW::Create(OptimConfig(), r.model->table(), r.backend.get(), begin, end).value();
+  Rng rng(7 + comm->rank());
+  for (ops::Tensor t : {r.optimizer->m(), r.optimizer->v()}) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng.Uniform());
+  }
+  Checkpointer::Options o;
+  o.root = root;
+  r.checkpointer =
+      Checkpointer::Create(o, r.model.get(), r.optimizer.get(), comm, comm->rank(), dp).value();
+  return r;
+}
+
+checkpoint::TrainingState StateAt(int64_t step, int dp, bool zero1) {
+  checkpoint::TrainingState s;
+  s.step = step;
+  s.total_steps = 1000;
+  s.dp = dp;
+  s.zero1 = zero1;
+  return s;
+}
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.file_size();
+  return n;
+}
+
+double DdSeconds(const std::string& dir, uint64_t bytes) {
+  const std::string file = dir + "/dd.bin";
+  const std::string cmd = "dd if=/dev/zero of=" + file +
+                          " bs=4M count=" + std::to_string((bytes + (4 << 20) - 1) >> 22) +
+                          " conv=fdatasync status=none";
+  const double s = Seconds([&] {
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "checkpoint_bench: dd failed\n");
+  });
+  fs::remove(file);
+  return s;
+}
+
+// The model's K=1 training step on random tokens (B=8, T=256): forward, backward, AdamW.
+double StepSeconds(Rank& r) {
+  std::vector<int32_t> tokens(8 * 257);
+  Rng rng(3);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.Next() % 100000);
+  worker::StepOptions o;
+  return MedianSeconds(
+      [&] {
+        r.model->ZeroGradients();
+        (void)r.model->Step(tokens.data(), 8, 256, o).value();
+        r.optimizer->Step(r.model->params(), r.model->grads(), 10, 1000);
+        r.backend->Synchronize();
+      },
+      1, 3);
+}
+
+int Main(const std::vector<std::string>& args) {
+  const cli::Flags flags = cli::Flags::Parse(args, {"dir", "reps", "threads"}, {}).value();
+  const int reps = static_cast<int>(flags.GetInt("reps", 3).value());
+  const int threads = static_cast<int>(flags.GetInt("threads", 2).value());
+  const std::string dir = flags.Get(
+      "dir", (fs::current_path() / ("checkpoint_bench." + std::to_string(getpid()))).string());
+  fs::create_directories(dir);
+  std::vector<std::unique_ptr<worker::Communicator>> one =
+      worker::InProcessCommunicator::CreateGroup(1);
+  Rank r = MakeRank(one[0].get(), 1, false, dir + "/one", threads);
+  const size_t state_floats = static_cast<size_t>(r.model->table().total_numel()) * 3;
+  std::vector<float> copy(state_floats, 1.0f);  // touched: the memcpy baseline pays no faults
+
+  std::vector<double> save, dd, stall, memcpy_s, load;
+  uint64_t bytes = 0;
+  for (int round = 0; round <= reps; ++round) {  // round 0 warms up
+    const int64_t step = 100 + round;
+    const double d = DdSeconds(dir, bytes > 0 ? bytes : state_floats * sizeof(float));
+    const double s = Seconds([&] {
+      if (!r.checkpointer->Save(StateAt(step, 1, false), nullptr).ok() ||
+          !r.checkpointer->Poll(true, nullptr).ok()) {
+        std::fprintf(stderr, "checkpoint_bench: save failed\n");
+        std::exit(1);
+      }
+    });
+    const std::string path = dir + "/one/step-" + std::to_string(step);
+    bytes = DirBytes(path);
+    const float* p = r.model->params().f32();
+    const size_t n = state_floats / 3;
+    const double m = Seconds([&] {
+      std::memcpy(copy.data(), p, n * sizeof(float));
+      std::memcpy(copy.data() + n, r.optimizer->m().f32(), n * sizeof(float));
+      std::memcpy(copy.data() + 2 * n, r.optimizer->v().f32(), n * sizeof(float));
+    });
+    const double l = Seconds([&] { (void)r.checkpointer->Restore(path).value(); });
+    if (round == 0) continue;
+    save.push_back(s);
+    dd.push_back(d);
+    stall.push_back(r.checkpointer->last_stall_seconds());
+    memcpy_s.push_back(m);
+    load.push_back(l);
+  }
+  const double step_s = StepSeconds(r);
+
+  // Reshard: the same model saved by a DP2 + ZeRO-1 group (threads), loaded at one rank.
+  std::vector<std::unique_ptr<worker::Communicator>> two =
+      worker::InProcessCommunicator::CreateGroup(2);
+  std::vector<std::thread> ranks;
+  for (int i = 0; i < 2; ++i) {
+    ranks.emplace_back([&, i] {
+      Rank z = MakeRank(two[i].get(), 2, true, dir + "/z", 1);
+      if (!z.checkpointer->Save(StateAt(1, 2, true), nullptr).ok() ||
+          !z.checkpointer->Poll(true, nullptr).ok()) {
+        std::fprintf(stderr, "checkpoint_bench: DP2 save failed\n");
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<double> reshard, same;
+  for (int round = 0; round <= reps; ++round) {
+    const double a = Seconds([&] { (void)r.checkpointer->Restore(dir + "/z/step-1").value(); });
+    const double b = Seconds([&] { (void)r.checkpointer->Restore(dir + "/one/step-103").value(); });
+    if (round == 0) continue;
+    reshard.push_back(a);
+    same.push_back(b);
+  }
+  fs::remove_all(dir);
+
+  const double mb = static_cast<double>(bytes) / 1e6;
+  const RoundRatio save_vs_dd = RoundRatios(dd, save);  // throughput ratio = time⁻¹ ratio
+  const RoundRatio stall_vs_copy = RoundRatios(stall, memcpy_s);
+  const RoundRatio reshard_vs_same = RoundRatios(reshard, same);
+  std::printf(
+      "{\"bench\": \"checkpoint\", \"state_mb\": %.1f, \"threads\": %d, \"reps\": %d, "
+      "\"save_mb_s\": %.1f, \"dd_fdatasync_mb_s\": %.1f, \"save_vs_dd\": %.3f, "
+      "\"save_vs_dd_min\": %.3f, \"save_vs_dd_max\": %.3f, "
+      "\"stall_s\": %.4f, \"memcpy_s\": %.4f, \"stall_vs_memcpy\": %.3f, "
+      "\"step_s\": %.3f, \"stall_of_step\": %.4f, "
+      "\"load_mb_s\": %.1f, \"reshard_load_s\": %.3f, \"same_layout_load_s\": %.3f, "
+      "\"reshard_vs_same\": %.3f}\n",
+      mb, threads, reps, mb / Median(save), mb / Median(dd), save_vs_dd.median, save_vs_dd.min,
+      save_vs_dd.max, Median(stall), Median(memcpy_s), stall_vs_copy.median, step_s,
+      Median(stall) / step_s, mb / Median(load), Median(reshard), Median(same),
+      reshard_vs_same.median);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fullband::bench
+
+int main(int argc, char** argv) {
+  return fullband::bench::Main(std::vector<std::string>(argv + 1, argv + argc));
+}
