@@ -1,6 +1,6 @@
 # Sourced by the end-to-end test scripts: a scratch directory `$dir` removed on exit (with the
-# coordinator, if still running), `fail MESSAGE`, `start_coordinator FULLBAND CONFIG` and
-# `write_coordinator_config FILE [EXTRA]`.
+# coordinator, if still running), `fail MESSAGE`, `start_coordinator FULLBAND CONFIG`,
+# `write_coordinator_config FILE [EXTRA]` and `worker_pids JOB [RANK]`.
 dir=$(mktemp -d)
 coordinator_pid=
 cleanup() {
@@ -34,4 +34,17 @@ tick_seconds: 0.05
 heartbeat_interval_seconds: 0.5
 ${2:-}
 YAML
+}
+
+# The pids of the `fullband worker` ranks of job $1 that this test's coordinator launched (their
+# FULLBAND_JOB_DIR is under $dir, so tests running side by side never see each other's), or of
+# its rank $2 only.
+worker_pids() {
+  local p env
+  for p in $(pgrep -f "fullband worker" || true); do
+    env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null || true)
+    grep -qx "FULLBAND_JOB_DIR=$dir/jobs/$1" <<< "$env" || continue
+    [[ -z ${2:-} ]] || grep -qx "OMPI_COMM_WORLD_RANK=$2" <<< "$env" || continue
+    echo "$p"
+  done
 }

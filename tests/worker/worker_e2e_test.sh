@@ -96,12 +96,7 @@ for _ in $(seq 300); do  # until a step is counted (60 s at most)
     break
   sleep 0.2
 done
-victim=""
-for p in $(pgrep -f "fullband worker" || true); do
-  env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null || true)
-  grep -qx "FULLBAND_JOB_ID=$job" <<< "$env" && grep -qx 'OMPI_COMM_WORLD_RANK=1' <<< "$env" &&
-    victim=$p
-done
+victim=$(worker_pids "$job" 1 | head -1)
 [[ -n $victim ]] || fail "rank 1 of $job not found: $("$fullband" status "$job")"
 start=$(date +%s%N)
 kill -9 "$victim"
@@ -111,7 +106,7 @@ status=$("$fullband" status "$job")
 grep -q FAILED <<< "$status" || fail "after the kill: $status"
 grep -q "worker group ended" <<< "$status" || fail "reason: $status"
 ((took_ms < 10000)) || fail "FAILED only ${took_ms} ms after the kill"
-! pgrep -f "fullband worker" > /dev/null || fail "worker ranks left running"
+[[ -z $(worker_pids "$job") ]] || fail "worker ranks left running"
 echo "killed rank 1: ${took_ms} ms later $(head -1 <<< "$status")"
 
 kill -TERM "$coordinator_pid"
