@@ -498,8 +498,17 @@ StatusOr<LeaseResult> Coordinator::LeaseBatches(const std::string& job_id, uint6
   job->last_heartbeat = now;
   LeaseResult result;
   const int64_t total = job->plan.total_steps();
-  // from_step may be anything up to INT64_MAX: no sum before it is known to be small.
-  const int64_t end = from_step >= total ? total : std::min(total, from_step + count);
+  if (from_step >= total) {  // nothing fits the budget: nothing is leased
+    result.budget_exhausted = true;
+    return result;
+  }
+  // Leases continue from the mark, so steps [0, leased_until) are exactly those handed out.
+  if (from_step > job->leased_until) {
+    return FailedPreconditionError("job " + job_id + ": leases continue from step " +
+                                   std::to_string(job->leased_until) + ", not " +
+                                   std::to_string(from_step));
+  }
+  const int64_t end = std::min(total, from_step + count);  // from_step < total: no overflow
   for (int64_t step = from_step; step < end; ++step) result.steps.push_back(job->plan.Assign(step));
   result.budget_exhausted = end >= total;
   if (end > job->leased_until) {

@@ -189,6 +189,7 @@ TEST_F(CoordinatorTest, Lease_RepeatedStep_ReturnsSameAssignment) {
 
 TEST_F(CoordinatorTest, Lease_PastTheBudget_IsTruncatedAndSaysExhausted) {
   const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 15).ok());
   StatusOr<LeaseResult> r = coordinator_->LeaseBatches(id, 7, 15, 10);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->steps.size(), 5u);
@@ -204,6 +205,32 @@ TEST_F(CoordinatorTest, Lease_PastTheBudget_IsTruncatedAndSaysExhausted) {
   // A step past the budget was never leased, whatever was asked.
   StepReport past = Report(id, 25);
   EXPECT_EQ(coordinator_->ReportStep(past).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, Lease_BeyondTheMark_IsRefusedAndItsStepsStayUnleased) {
+  const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 8).ok());
+  // A gap: refused, and the steps in and after it stay unleased.
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 12, 4).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 12)).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 10)).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Past the budget's end: nothing leased, the mark unmoved, step 19 still never leased.
+  StatusOr<LeaseResult> r = coordinator_->LeaseBatches(id, 7, 40, 5);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->steps.empty());
+  EXPECT_TRUE(r->budget_exhausted);
+  EXPECT_EQ(coordinator_->GetJob(id)->leased_until, 8);
+  EXPECT_EQ(coordinator_->ReportStep(Report(id, 19)).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(LedgerOf(id).steps, 0);
+  // Leases may start anywhere up to the mark: again from 3, and onward from 8.
+  EXPECT_TRUE(coordinator_->LeaseBatches(id, 7, 3, 2).ok());
+  EXPECT_TRUE(coordinator_->LeaseBatches(id, 7, 8, 4).ok());
+  EXPECT_EQ(coordinator_->GetJob(id)->leased_until, 12);
+  EXPECT_TRUE(coordinator_->ReportStep(Report(id, 10)).ok());
 }
 
 TEST_F(CoordinatorTest, Lease_BadRequests_ReturnTheirCodes) {
