@@ -160,7 +160,7 @@ void VisitSections(C& c, Visitor&& visit) {
 }
 
 std::string Describe(const YAML::Node& node) {
-  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsScalar()) return "'" + Excerpt(node.Scalar()) + "'";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
   return "null";
@@ -522,7 +522,7 @@ int64_t ScheduleConfig::MaxPasses() const {
 
 Status RuntimeConfig::Validate() const {
   if (device != "cpu" && device != "cuda") {
-    return SectionField("runtime", "device", "expected cpu or cuda, got '" + device + "'");
+    return SectionField("runtime", "device", "expected cpu or cuda, got '" + Excerpt(device) + "'");
   }
   if (threads < 0)
     return SectionField("runtime", "threads", std::to_string(threads) + " must be >= 0");
@@ -579,7 +579,37 @@ Status LauncherConfig::Validate() const {
   return OkStatus();
 }
 
+// Every string of the config (paths, commands, the device) is at most kMaxConfigStringBytes.
+Status CheckStringLengths(const Config& config) {
+  Status status;
+  const auto check = [&](const std::string& where, const std::string& value) {
+    if (status.ok() && value.size() > Config::kMaxStringBytes) {
+      status = InvalidArgumentError(where + ": " + std::to_string(value.size()) +
+                                    " bytes, at most " + std::to_string(Config::kMaxStringBytes));
+    }
+  };
+  VisitSections(config, [&](const char* section, const auto& part, auto&& fields) {
+    fields(part, [&](const char* name, const auto& value) {
+      using T = std::decay_t<decltype(value)>;
+      const std::string where = std::string(section) + "." + name;
+      if constexpr (std::is_same_v<T, std::string>) {
+        check(where, value);
+      } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        for (size_t i = 0; i < value.size(); ++i) {
+          check(where + "[" + std::to_string(i) + "]", value[i]);
+        }
+      } else if constexpr (std::is_same_v<T, std::vector<DataSource>>) {
+        for (size_t i = 0; i < value.size(); ++i) {
+          check(where + "[" + std::to_string(i) + "].store", value[i].store);
+        }
+      }
+    });
+  });
+  return status;
+}
+
 Status Config::Validate() const {
+  FB_RETURN_IF_ERROR(CheckStringLengths(*this));
   FB_RETURN_IF_ERROR(model.Validate());
   FB_RETURN_IF_ERROR(parallel.Validate());
   FB_RETURN_IF_ERROR(data.Validate());

@@ -146,8 +146,8 @@ struct RuntimeConfig {
 // The layout of a job's ranks: world = tp × dp (DESIGN §4). tp must divide model.n_heads,
 // model.n_kv_heads and model.vocab_size (checked by Config::Validate).
 struct ParallelConfig {
-  int64_t tp = 1;  // tensor-parallel ranks per group (consecutive ranks, one node)
-  int64_t dp = 1;  // data-parallel groups
+  int64_t tp = 1;      // tensor-parallel ranks per group (consecutive ranks, one node)
+  int64_t dp = 1;      // data-parallel groups
   bool zero1 = false;  // ZeRO-1: AdamW moments sharded over the dp ranks (docs/PARALLEL.md)
 
   Status Validate() const;
@@ -179,8 +179,8 @@ struct LauncherConfig {
   LauncherKind kind = LauncherKind::kLocal;
   int64_t processes = 0;  // MPI ranks; 0 = parallel.tp × parallel.dp
   std::vector<std::string> command = {"fullband", "worker"};  // worker argv (without mpirun)
-  std::vector<std::string> extra_args;                       // appended to `command`
-  int64_t max_restarts = 3;                                  // relaunches before the job is FAILED
+  std::vector<std::string> extra_args;                        // appended to `command`
+  int64_t max_restarts = 3;                                   // relaunches before the job is FAILED
   double backoff_seconds = 10;       // wait before the first relaunch; doubles per restart
   double max_backoff_seconds = 600;  // cap of the doubling
 
@@ -189,6 +189,8 @@ struct LauncherConfig {
 };
 
 struct Config {
+  static constexpr size_t kMaxStringBytes = 4096;  // any path, command word or name
+
   ModelConfig model;
   ParallelConfig parallel;
   DataConfig data;

@@ -93,4 +93,9 @@ CheckFailure::~CheckFailure() {
 }
 
 }  // namespace internal
+std::string Excerpt(std::string_view value, size_t max) {
+  if (value.size() <= max) return std::string(value);
+  return std::string(value.substr(0, max)) + "… (" + std::to_string(value.size()) + " bytes)";
+}
+
 }  // namespace fullband

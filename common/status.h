@@ -75,6 +75,11 @@ Status DeadlineExceededError(std::string message);
 Status DataLossError(std::string message);
 Status ResourceExhaustedError(std::string message);
 
+// A value from a request or a file, quoted in an error message: itself when it is at most
+// `max` bytes, else its first `max` bytes, "…" and its length. Messages never repeat a client's
+// string whole (a 64 KiB field would not fit a gRPC status).
+std::string Excerpt(std::string_view value, size_t max = 64);
+
 // Holds either a T or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {

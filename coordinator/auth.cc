@@ -313,7 +313,7 @@ Status CheckWorkerService(const Principal& principal, std::string_view job_id) {
   }
   if (principal.job_id != job_id) {
     return PermissionDenied("this worker token is for job " + principal.job_id + ", not job " +
-                            std::string(job_id));
+                            Excerpt(job_id));
   }
   return OkStatus();
 }

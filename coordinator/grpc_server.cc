@@ -19,9 +19,14 @@
 namespace fullband::coordinator {
 namespace {
 
+// The status as gRPC sends it. A message is cut to kMaxMessageBytes: it travels in a header,
+// and an oversized one would be answered (and could poison the channel) as RESOURCE_EXHAUSTED.
+constexpr size_t kMaxMessageBytes = 1024;
+
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())),
+                      Excerpt(s.message(), kMaxMessageBytes - 32));
 }
 
 std::string Authorization(grpc::CallbackServerContext* context) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace fullband {
 namespace {
 
@@ -300,6 +302,38 @@ INSTANTIATE_TEST_SUITE_P(
                 "launcher.max_backoff_seconds: 5.000000 must be >= launcher.backoff_seconds"},
         BadCase{"parallel:\n  tp: 2\n  dp: 2\nlauncher:\n  processes: 3\n",
                 "launcher.processes: 3 is not parallel.tp × parallel.dp = 4"}));
+
+TEST(Config, OversizeStrings_AreRefusedNamingTheFieldWithoutRepeatingThem) {
+  const std::string big(5000, 'x');
+  const auto error = [&](const std::function<void(Config&)>& edit) {
+    Config c;
+    edit(c);
+    const Status s = c.Validate();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_LT(s.message().size(), 200u) << s.message().substr(0, 300);
+    return s.message();
+  };
+  EXPECT_NE(error([&](Config& c) { c.data.path = big; }).find("data.path: 5000 bytes"),
+            std::string::npos);
+  EXPECT_NE(error([&](Config& c) {
+              c.data.sources = {{"a", 1.0}, {big, 1.0}};
+            }).find("data.sources[1].store"),
+            std::string::npos);
+  EXPECT_NE(
+      error([&](Config& c) { c.launcher.command.push_back(big); }).find("launcher.command[2]"),
+      std::string::npos);
+  EXPECT_NE(error([&](Config& c) { c.runtime.device = big; }).find("runtime.device"),
+            std::string::npos);
+  // Short but wrong: the message quotes an excerpt of the value, never all of it.
+  Config c;
+  c.runtime.device = std::string(1000, 'g');
+  EXPECT_LT(c.Validate().message().size(), 200u);
+}
+
+TEST(Status, Excerpt_CutsLongValuesAndSaysHowLong) {
+  EXPECT_EQ(Excerpt("short"), "short");
+  EXPECT_EQ(Excerpt(std::string(100, 'a'), 4), "aaaa… (100 bytes)");
+}
 
 }  // namespace
 }  // namespace fullband
