@@ -159,6 +159,7 @@ int Main(int argc, char** argv) {
   sc.store_dir = d + "/store";
   sc.jobs_dir = d + "/jobs";
   sc.tls_cert = d + "/tls/server.crt";
+  sc.worker_tls_ca = d + "/tls/ca.crt";
   sc.tls_key = d + "/tls/server.key";
   sc.tokens_file = d + "/tokens.yaml";
   sc.heartbeat_interval_seconds = hb_interval;

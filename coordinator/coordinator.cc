@@ -761,6 +761,7 @@ void Coordinator::Tick() {
         if (!options_.advertise_address.empty()) {
           a.spec.env["FULLBAND_COORDINATOR"] = options_.advertise_address;
         }
+        if (!options_.worker_tls_ca.empty()) a.spec.env["FULLBAND_TLS_CA"] = options_.worker_tls_ca;
         if (options_.mint_worker_token) {
           if (!job.worker_token.empty() && options_.revoke_worker_tokens) {
             options_.revoke_worker_tokens(job.id);  // the previous attempt's

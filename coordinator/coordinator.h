@@ -93,6 +93,7 @@ struct CoordinatorOptions {
   double heartbeat_timeout_seconds = 60;   // a RUNNING group silent this long has failed
   double launch_timeout_seconds = 600;     // a launched group must register within this
   std::string jobs_dir = "fullband-jobs";  // <jobs_dir>/<job>/ holds the attempts' logs
+  std::string worker_tls_ca;               // given to workers as FULLBAND_TLS_CA ("" = not set)
   std::string advertise_address;           // FULLBAND_COORDINATOR given to workers
   int64_t max_lease = 1024;                // steps per LeaseBatches
   // Mints the bearer token of a job attempt's workers (FULLBAND_WORKER_TOKEN); unset or ""

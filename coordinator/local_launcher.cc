@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -245,6 +246,24 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
 
 LocalLauncher::~LocalLauncher() = default;
 
+std::map<std::string, std::string> WorkerEnvironment(
+    const char* const* environ, const std::vector<std::string>& pass_env,
+    const std::map<std::string, std::string>& spec_env) {
+  std::map<std::string, std::string> env;
+  for (const char* const* e = environ; *e != nullptr; ++e) {
+    const std::string_view entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string name(entry.substr(0, eq));
+    bool allowed = std::find(pass_env.begin(), pass_env.end(), name) != pass_env.end();
+    for (const char* n : kWorkerEnvNames) allowed = allowed || name == n;
+    for (const char* p : kWorkerEnvPrefixes) allowed = allowed || name.starts_with(p);
+    if (allowed) env[name] = std::string(entry.substr(eq + 1));
+  }
+  for (const auto& [key, value] : spec_env) env[key] = value;
+  return env;
+}
+
 StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
   auto fail = [this](Status status) {
     std::lock_guard lock(mu_);
@@ -262,20 +281,14 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
   if (spec.attempt < 0) return fail(InvalidArgumentError(what + "attempt is negative"));
   if (spec.log_dir.empty()) return fail(InvalidArgumentError(what + "log_dir is empty"));
 
-  // The environment: ours, then the spec's on top.
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const size_t eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
+  // The environment (Note [Worker environment] in the header).
+  std::map<std::string, std::string> env = WorkerEnvironment(environ, options_.pass_env, spec.env);
   const bool direct = spec.processes == 1 && options_.direct_single_process;
   if (!direct && geteuid() == 0) {
-    // Open MPI refuses to run as root without both (DESIGN §8).
+    // Open MPI refuses to run as root without both (docs/PARALLEL.md).
     env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
   }
-  for (const auto& [key, value] : spec.env) env[key] = value;
   const std::string path = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
 
   const std::string worker = Resolve(spec.command[0], path);

@@ -32,7 +32,38 @@ struct LocalLauncherOptions {
   // Cores available to ranks; more processes than this adds --oversubscribe. 0: the CPUs this
   // process may run on (sched_getaffinity).
   int cores = 0;
+  // Names of further variables of the coordinator's environment that workers get (Note [Worker
+  // environment]).
+  std::vector<std::string> pass_env;
 };
+
+// Note [Worker environment]: a worker does not inherit the coordinator's whole environment (an
+// operator's FULLBAND_TOKEN must never reach a job). It gets, from the coordinator's
+// environment, only what runs programs, MPI and the GPU need — kWorkerEnvNames, the variables
+// starting with kWorkerEnvPrefixes, and LocalLauncherOptions::pass_env — and on top the
+// LaunchSpec's own variables (FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_COORDINATOR,
+// FULLBAND_WORKER_TOKEN, FULLBAND_JOB_DIR, FULLBAND_TLS_CA).
+inline constexpr const char* kWorkerEnvNames[] = {"PATH",
+                                                  "HOME",
+                                                  "USER",
+                                                  "LOGNAME",
+                                                  "SHELL",
+                                                  "LANG",
+                                                  "LANGUAGE",
+                                                  "TZ",
+                                                  "TMPDIR",
+                                                  "LD_LIBRARY_PATH",
+                                                  "CUDA_VISIBLE_DEVICES",
+                                                  "CUDA_HOME",
+                                                  "OMP_NUM_THREADS"};
+inline constexpr const char* kWorkerEnvPrefixes[] = {"LC_",   "OMPI_", "PMIX_",
+                                                     "OPAL_", "NCCL_", "UCX_"};
+
+// The environment of a worker: the allowed part of `environ` (NAME=value entries, null-ended),
+// `pass_env`'s names among them, then `spec_env` on top.
+std::map<std::string, std::string> WorkerEnvironment(
+    const char* const* environ, const std::vector<std::string>& pass_env,
+    const std::map<std::string, std::string>& spec_env);
 
 class LocalLauncher final : public Launcher {
  public:

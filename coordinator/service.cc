@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -38,6 +39,21 @@ class Reader {
           return true;
         },
         "true or false");
+  }
+  void operator()(const char* key, std::vector<std::string>& out) {
+    Read(
+        key,
+        [&](const YAML::Node& n) {
+          if (!n.IsSequence()) return false;
+          std::vector<std::string> v;
+          for (const YAML::Node& e : n) {
+            if (!e.IsScalar()) return false;
+            v.push_back(e.Scalar());
+          }
+          out = std::move(v);
+          return true;
+        },
+        "a list of strings");
   }
   // A number > 0.
   void operator()(const char* key, double& out) {
@@ -106,6 +122,8 @@ StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_vi
   r("jobs_dir", c.jobs_dir);
   r("tls_cert", c.tls_cert);
   r("tls_key", c.tls_key);
+  r("worker_tls_ca", c.worker_tls_ca);
+  r("worker_env", c.worker_env);
   r("tokens_file", c.tokens_file);
   r("metrics_listen", c.metrics_listen);
   r("heartbeat_interval_seconds", c.heartbeat_interval_seconds);
@@ -122,6 +140,7 @@ StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_vi
                                 "heartbeat_timeout_seconds");
   }
   if (c.store_dir.empty()) return InvalidArgumentError(std::string(source) + ": store_dir: empty");
+
   return c;
 }
 
@@ -138,12 +157,18 @@ LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config) {
   lo.mpirun = config.mpirun;
   lo.direct_single_process = config.direct_single_process;
   lo.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(config.kill_grace_seconds * 1000));
+  lo.pass_env = config.worker_env;
   return lo;
 }
 
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const ServiceConfig& config,
                                                                         Launcher* launcher,
                                                                         const Clock* clock) {
+  if (!config.tls_cert.empty() && config.worker_tls_ca.empty()) {
+    return InvalidArgumentError(
+        "worker_tls_ca: required with tls_cert (the CA certificate workers trust to reach this "
+        "coordinator, e.g. tls/ca.crt)");
+  }
   std::unique_ptr<CoordinatorService> s(new CoordinatorService());
   s->config_ = config;
   if (clock == nullptr) clock = &s->real_clock_;
@@ -163,6 +188,10 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
   options.launch_timeout_seconds = config.launch_timeout_seconds;
   options.jobs_dir = config.jobs_dir;
   options.advertise_address = config.advertise;
+  if (!config.worker_tls_ca.empty()) {
+    std::error_code ec;
+    options.worker_tls_ca = std::filesystem::absolute(config.worker_tls_ca, ec).string();
+  }
   if (Authenticator* auth = s->auth_.get()) {
     options.mint_worker_token = [auth](const std::string& job_id) {
       StatusOr<std::string> token = auth->MintWorkerToken(job_id);

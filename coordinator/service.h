@@ -8,6 +8,8 @@
 //   store_dir: fullband-coordinator  # RocksDB (coordinator/FORMAT.md)
 //   jobs_dir: fullband-jobs          # logs: <jobs_dir>/<job>/attempt-<n>.out|.err
 //   tls_cert: "" / tls_key: ""       # PEM files (scripts/gen_certs.sh); empty = plaintext
+//   worker_tls_ca: ""                # the CA workers trust (FULLBAND_TLS_CA); needed with TLS
+//   worker_env: []                   # more variable names workers get from this environment
 //   tokens_file: ""                  # bearer tokens (coordinator/auth.h); empty = auth off
 //   metrics_listen: ""               # host:port of /metrics; empty = off
 //   heartbeat_interval_seconds: 10 / heartbeat_timeout_seconds: 60
@@ -24,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "coordinator/auth.h"
@@ -45,6 +48,8 @@ struct ServiceConfig {
   std::string jobs_dir = "fullband-jobs";
   std::string tls_cert;
   std::string tls_key;
+  std::string worker_tls_ca;            // FULLBAND_TLS_CA of every worker
+  std::vector<std::string> worker_env;  // Note [Worker environment] (local_launcher.h)
   std::string tokens_file;
   std::string metrics_listen;
   double heartbeat_interval_seconds = 10;

@@ -139,7 +139,8 @@ TEST_F(CoordinatorTest, Tick_LaunchesPendingJobWithItsSpec) {
   EXPECT_EQ(spec.env.at("FULLBAND_COORDINATOR"), "localhost:1234");
   EXPECT_EQ(spec.log_dir, "/jobs/" + id);
   EXPECT_EQ(spec.env.at("FULLBAND_JOB_DIR"), "/jobs/" + id);
-  coordinator_->Tick();  // no second launch
+  EXPECT_EQ(spec.env.count("FULLBAND_TLS_CA"), 0u);  // none configured
+  coordinator_->Tick();                              // no second launch
   EXPECT_EQ(launcher_.launches().size(), 1u);
 }
 

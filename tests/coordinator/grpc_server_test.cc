@@ -54,6 +54,7 @@ class GrpcServerTest : public ::testing::Test {
     config.store_dir =
         d + "/store-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     config.tls_cert = d + "/tls/server.crt";
+    config.worker_tls_ca = d + "/tls/ca.crt";
     config.tls_key = d + "/tls/server.key";
     config.tokens_file = d + "/tokens.yaml";
     config.tick_seconds = 0.02;
@@ -420,6 +421,19 @@ TEST(ServiceConfig, Keys_AreReadWithDefaultsForTheRest) {
   EXPECT_EQ(c->heartbeat_interval_seconds, 10);
   EXPECT_EQ(c->store_dir, "fullband-coordinator");
   EXPECT_TRUE(ParseServiceConfig("", "empty.yaml").ok());
+  c = ParseServiceConfig("worker_tls_ca: tls/ca.crt\nworker_env: [SLURM_CONF, MY_VAR]\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->worker_tls_ca, "tls/ca.crt");
+  EXPECT_EQ(c->worker_env, (std::vector<std::string>{"SLURM_CONF", "MY_VAR"}));
+}
+
+TEST(ServiceConfig, TlsWithoutTheWorkersCa_IsRefusedAtStart) {
+  ServiceConfig c;
+  c.tls_cert = "server.crt";
+  c.tls_key = "server.key";
+  const Status s = CoordinatorService::Start(c).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("worker_tls_ca"), std::string::npos) << s.message();
 }
 
 TEST(ServiceConfig, BadInput_NamesFileLineAndKey) {
@@ -434,6 +448,8 @@ TEST(ServiceConfig, BadInput_NamesFileLineAndKey) {
   EXPECT_EQ(error("store_dir: [a]\n"),
             "coordinator.yaml:1: store_dir: expected a string, got 'a collection'");
   EXPECT_NE(error("heartbeat_interval_seconds: 90\n").find("must be below"), std::string::npos);
+  EXPECT_EQ(error("worker_env: PATH\n"),
+            "coordinator.yaml:1: worker_env: expected a list of strings, got 'PATH'");
   EXPECT_EQ(LoadServiceConfig("/nonexistent/coordinator.yaml").status().code(),
             StatusCode::kNotFound);
 }

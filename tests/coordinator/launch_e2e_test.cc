@@ -74,13 +74,12 @@ class LaunchE2eTest : public ::testing::Test {
         << "version: 1\ntokens:\n  - {token: " << kAlice << ", role: user, user: alice}\n";
     std::filesystem::permissions(d + "/tokens.yaml", std::filesystem::perms::owner_read |
                                                          std::filesystem::perms::owner_write);
-    // Launched workers inherit this process's environment: they trust the test CA.
-    ::setenv("FULLBAND_TLS_CA", (d + "/tls/ca.crt").c_str(), 1);
     ServiceConfig config;
     config.listen = "127.0.0.1:0";
     config.store_dir = d + "/store";
     config.jobs_dir = d + "/jobs";
     config.tls_cert = d + "/tls/server.crt";
+    config.worker_tls_ca = d + "/tls/ca.crt";
     config.tls_key = d + "/tls/server.key";
     config.tokens_file = d + "/tokens.yaml";
     config.tick_seconds = 0.05;

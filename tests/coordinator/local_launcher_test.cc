@@ -112,6 +112,39 @@ TEST_F(LocalLauncherTest, Launch_SpecEnv_ReachesTheCommand) {
   EXPECT_EQ(ReadFile((dir_ / "logs/attempt-0.out").string()), "hello world\n");
 }
 
+TEST_F(LocalLauncherTest, Launch_WorkersGetTheAllowedEnvironmentOnly) {
+  // An operator's token and anything else of the coordinator's environment stay behind; what
+  // runs programs and MPI, the configured extra names and the spec's variables arrive.
+  ::setenv("FULLBAND_TOKEN", "operator-secret", 1);
+  ::setenv("FULLBAND_TLS_CA", "/operator/ca.crt", 1);
+  ::setenv("SOME_OTHER_VARIABLE", "x", 1);
+  ::setenv("OMPI_MCA_btl", "self,tcp", 1);
+  ::setenv("MY_CLUSTER_SETTING", "y", 1);
+  LocalLauncherOptions options = Direct();
+  options.pass_env = {"MY_CLUSTER_SETTING"};
+  LocalLauncher launcher(options);
+  LaunchSpec spec = Spec("env | sort");
+  spec.env["FULLBAND_JOB_ID"] = "job-1";
+  spec.env["FULLBAND_TLS_CA"] = "/etc/fullband/ca.crt";
+  auto handle = launcher.Launch(spec);
+  ASSERT_TRUE(handle.ok());
+  ASSERT_EQ(launcher.Wait(*handle, milliseconds(30'000))->phase, Phase::kExited);
+  const std::string env = ReadFile((dir_ / "logs/attempt-0.out").string());
+  ::unsetenv("FULLBAND_TOKEN");
+  ::unsetenv("FULLBAND_TLS_CA");
+  ::unsetenv("SOME_OTHER_VARIABLE");
+  ::unsetenv("OMPI_MCA_btl");
+  ::unsetenv("MY_CLUSTER_SETTING");
+  EXPECT_EQ(env.find("operator-secret"), std::string::npos) << env;
+  EXPECT_EQ(env.find("SOME_OTHER_VARIABLE"), std::string::npos) << env;
+  EXPECT_EQ(env.find("/operator/ca.crt"), std::string::npos) << env;
+  EXPECT_NE(env.find("\nPATH="), std::string::npos) << env;
+  EXPECT_NE(env.find("OMPI_MCA_btl=self,tcp"), std::string::npos) << env;
+  EXPECT_NE(env.find("MY_CLUSTER_SETTING=y"), std::string::npos) << env;
+  EXPECT_NE(env.find("FULLBAND_JOB_ID=job-1"), std::string::npos) << env;
+  EXPECT_NE(env.find("FULLBAND_TLS_CA=/etc/fullband/ca.crt"), std::string::npos) << env;
+}
+
 TEST_F(LocalLauncherTest, Poll_WhileRunning_IsRunning) {
   LocalLauncher launcher(Direct());
   const std::string fifo = MakeFifo();
