@@ -91,6 +91,11 @@ StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const ClientOptions& opt
 StatusOr<std::string> JobClient::Submit(const proto::JobSpec& spec) {
   proto::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  // One id for every retry of this submit: a retry after a lost answer returns the first job.
+  std::random_device rd;
+  char id[33];
+  std::snprintf(id, sizeof(id), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  request.set_request_id(id);
   proto::SubmitJobResponse response;
   FB_RETURN_IF_ERROR(Call(impl_->options, [&](grpc::ClientContext* c) {
     return impl_->stub->SubmitJob(c, request, &response);

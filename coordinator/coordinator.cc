@@ -157,6 +157,7 @@ Status Coordinator::Load() {
     if (!plan.ok()) return DataLossError("job " + id + ": " + plan.status().message());
     job->plan = std::move(*plan);
     job->created = stored.created_unix();
+    if (!stored.request_id().empty()) submitted_[{job->spec.owner, stored.request_id()}] = id;
     auto it = states.find(id);
     if (it == states.end()) return DataLossError("job " + id + ": no state record");
     const proto::StoredJobState& s = it->second;
@@ -275,7 +276,7 @@ JobInfo Coordinator::Info(const Job& job, double now) const {
   return info;
 }
 
-StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec) {
+StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec, const std::string& request_id) {
   FB_RETURN_IF_ERROR(spec.config.Validate());
   if (!launchers_.count(spec.config.launcher.kind)) {
     return InvalidArgumentError(
@@ -285,6 +286,17 @@ StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec) {
   FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(spec.config));
   const double now = clock_->NowSeconds();
   std::lock_guard<std::mutex> lock(mu_);
+  if (!request_id.empty()) {
+    auto seen = submitted_.find({spec.owner, request_id});
+    if (seen != submitted_.end()) {  // a retry of a submit that reached us
+      const JobSpec& first = jobs_.at(seen->second)->spec;
+      if (first.name != spec.name || first.config != spec.config) {
+        return AlreadyExistsError("request_id " + request_id + " was used for job " + seen->second +
+                                  " with another spec");
+      }
+      return seen->second;
+    }
+  }
   char id[32];
   std::snprintf(id, sizeof(id), "job-%06lld", static_cast<long long>(next_id_++));
   auto job = std::make_unique<Job>();
@@ -297,6 +309,8 @@ StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec) {
   stored.mutable_spec()->set_owner(job->spec.owner);
   *stored.mutable_spec()->mutable_config() = fullband::ToProto(job->spec.config);
   stored.set_created_unix(now);
+  stored.set_request_id(request_id);
+  if (!request_id.empty()) submitted_[{job->spec.owner, request_id}] = job->id;
   WriteSet writes;
   writes.puts.emplace_back(SpecKey(job->id), stored.SerializeAsString());
   Persist(*job, now, std::move(writes));

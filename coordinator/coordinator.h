@@ -148,7 +148,9 @@ class Coordinator {
   // Stores a PENDING job and returns its id ("job-000001", ...). INVALID_ARGUMENT: the config
   // does not validate, its budget does not plan (StepPlan::Create), or its launcher kind
   // is not available here.
-  StatusOr<std::string> SubmitJob(JobSpec spec);
+  // `request_id` (may be ""): a repeated submit of the same owner and request id returns the
+  // first job (ALREADY_EXISTS naming it when the spec differs).
+  StatusOr<std::string> SubmitJob(JobSpec spec, const std::string& request_id = "");
   // NOT_FOUND.
   StatusOr<JobInfo> GetJob(const std::string& job_id) const;
   // Jobs of `owner` ("" = all), oldest first; finished ones only with include_finished.
@@ -214,6 +216,8 @@ class Coordinator {
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  // (owner, SubmitJobRequest.request_id) → job id, for idempotent submits.
+  std::map<std::pair<std::string, std::string>, std::string> submitted_;
   std::vector<Action> deferred_;
   int64_t next_id_ = 1;
 };

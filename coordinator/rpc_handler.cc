@@ -78,8 +78,11 @@ Status RpcHandler::SubmitJob(std::string_view authorization, const proto::Submit
   if (!config.ok()) {
     return InvalidArgumentError("spec.config." + config.status().message());
   }
+  if (!request.request_id().empty()) {
+    FB_RETURN_IF_ERROR(CheckName("request_id", request.request_id(), kMaxIdBytes));
+  }
   JobSpec spec{request.spec().name(), p.user, std::move(*config)};
-  StatusOr<std::string> id = coordinator_->SubmitJob(std::move(spec));
+  StatusOr<std::string> id = coordinator_->SubmitJob(std::move(spec), request.request_id());
   if (!id.ok()) {
     if (id.status().code() == StatusCode::kInvalidArgument) {
       return InvalidArgumentError("spec.config." + id.status().message());

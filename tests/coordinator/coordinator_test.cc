@@ -580,6 +580,23 @@ TEST_F(CoordinatorRestartTest, Reopen_GivesRunningJobsAFreshHeartbeatDeadline) {
   EXPECT_EQ(State(id), JobState::kRestarting);
 }
 
+TEST_F(CoordinatorRestartTest, Submit_SameRequestId_ReturnsTheFirstJobAcrossRestarts) {
+  const JobSpec spec{"first", "alice", SmallConfig()};
+  const std::string id = *coordinator_->SubmitJob(spec, "req-1");
+  EXPECT_EQ(*coordinator_->SubmitJob(spec, "req-1"), id);  // a retry
+  EXPECT_NE(*coordinator_->SubmitJob(spec, "req-2"), id);
+  EXPECT_NE(*coordinator_->SubmitJob({"first", "bob", SmallConfig()}, "req-1"), id);  // bob's
+  EXPECT_NE(*coordinator_->SubmitJob(spec, ""), id);                                  // no id
+  JobSpec other = spec;
+  other.config.data.batch_size = 8;
+  const Status s = coordinator_->SubmitJob(other, "req-1").status();
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find(id), std::string::npos) << s.message();
+  Restart();
+  EXPECT_EQ(*coordinator_->SubmitJob(spec, "req-1"), id);
+  EXPECT_EQ(coordinator_->ListJobs("", true).size(), 4u);
+}
+
 TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWasted) {
   const std::string id = StartJob();
   RunSteps(id, 0, 7);
