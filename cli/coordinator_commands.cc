@@ -180,6 +180,9 @@ int RunCoordinator(const std::vector<std::string>& args) {
   auto service = coordinator::CoordinatorService::Start(*config);
   if (!service.ok()) return Fail("coordinator", service.status());
   std::printf("fullband coordinator: serving on port %d\n", (*service)->port());
+  if ((*service)->metrics_port() > 0) {
+    std::printf("fullband coordinator: /metrics on port %d\n", (*service)->metrics_port());
+  }
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);

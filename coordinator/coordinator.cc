@@ -30,6 +30,7 @@ struct Coordinator::Job {
   uint64_t incarnation = 0;
   std::string handle;
   std::string worker_token;
+  double revoke_token_at = 0;  // a finished job's token is revoked then (0: not finished)
   int64_t leased_until = 0;
   int64_t committed_step = 0;
   std::string checkpoint_path;
@@ -353,9 +354,11 @@ std::vector<Coordinator::Action> Coordinator::Finish(Job& job, JobState state,
   job.state = state;
   job.reason = reason;
   if (job.wall_start > 0) job.ledger.wall_seconds = now - job.wall_start;
+  // Note [Token after the end]: the group keeps its token for a heartbeat timeout, so that it
+  // learns the terminal state from its next heartbeat (instead of UNAUTHENTICATED) and can
+  // commit its final checkpoint; then the token is revoked (Tick).
   if (IsTerminal(state) && !job.worker_token.empty()) {
-    if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
-    job.worker_token.clear();
+    job.revoke_token_at = now + options_.heartbeat_timeout_seconds;
   }
   return actions;
 }
@@ -727,6 +730,12 @@ void Coordinator::Tick() {
     const double now = clock_->NowSeconds();
     for (auto& [id, job_ptr] : jobs_) {
       Job& job = *job_ptr;
+      if (job.revoke_token_at > 0 && now >= job.revoke_token_at) {  // Note [Token after the end]
+        if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
+        job.worker_token.clear();
+        job.revoke_token_at = 0;
+        Persist(job, now);
+      }
       // Deadlines first, so that a failed group is relaunched in this same tick when its
       // back-off is zero: detection and relaunch take at most timeout + one tick.
       if (job.state == JobState::kLaunching &&

@@ -1,5 +1,6 @@
 #include "coordinator/service.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
@@ -152,6 +153,14 @@ StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path) {
   return ParseServiceConfig(text.str(), path);
 }
 
+std::string DialableHost(const std::string& listen) {
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  if (host != "0.0.0.0" && host != "::" && host != "[::]" && !host.empty()) return host;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "127.0.0.1";
+  return name;
+}
+
 LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config) {
   LocalLauncherOptions lo;
   lo.mpirun = config.mpirun;
@@ -220,8 +229,8 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
   s->grpc_ = std::make_unique<GrpcServer>(go, s->handler_.get());
   FB_RETURN_IF_ERROR(s->grpc_->Start().WithContext("gRPC server"));
   if (config.advertise.empty()) {
-    const std::string host = config.listen.substr(0, config.listen.rfind(':'));
-    s->coordinator_->set_advertise_address(host + ":" + std::to_string(s->grpc_->port()));
+    s->coordinator_->set_advertise_address(DialableHost(config.listen) + ":" +
+                                           std::to_string(s->grpc_->port()));
   }
   if (!config.metrics_listen.empty()) {
     const size_t colon = config.metrics_listen.rfind(':');

@@ -4,7 +4,8 @@
 // runs one; tests start one on loopback.
 //
 //   listen: 127.0.0.1:7070           # gRPC address; port 0 picks a free port
-//   advertise: ""                    # address workers dial ("" = listen)
+//   advertise: ""                    # address workers dial ("" = listen; this host's name
+//                                    #   when listening on every interface)
 //   store_dir: fullband-coordinator  # RocksDB (coordinator/FORMAT.md)
 //   jobs_dir: fullband-jobs          # logs: <jobs_dir>/<job>/attempt-<n>.out|.err
 //   tls_cert: "" / tls_key: ""       # PEM files (scripts/gen_certs.sh); empty = plaintext
@@ -65,6 +66,10 @@ struct ServiceConfig {
 // keys, wrong types and out-of-range values.
 StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_view source);
 StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path);  // + NOT_FOUND
+
+// The host workers dial for a `listen` address: its host, or this machine's name when it
+// listens on every interface ("0.0.0.0:7070", "[::]:7070", ":7070"), which is not dialable.
+std::string DialableHost(const std::string& listen);
 
 // The local launcher's options that `config` sets (mpirun, direct_single_process, kill grace).
 LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The coordinator's commands end to end: `fullband coordinator` on a free loopback port, then
-# submit --wait (a job of fake_worker runs to completion), status [--json], a bad job file,
+# the /metrics port it printed, submit --wait (a job of fake_worker runs to completion), status [--json], a bad job file,
 # an unknown job, cancel, and a clean stop on SIGTERM.
 # Usage: cli_e2e_test.sh FULLBAND FAKE_WORKER
 set -euo pipefail
@@ -8,7 +8,8 @@ fullband=$1
 fake_worker=$2
 source "$(dirname "$0")/e2e_lib.sh"
 
-write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true"
+write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true
+metrics_listen: 127.0.0.1:0"
 cat > "$dir/job.yaml" <<YAML
 model: {vocab_size: 512, eod_id: 0, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, ffn_dim: 128}
 data: {batch_size: 4, seq_len: 32}
@@ -21,6 +22,13 @@ YAML
 printf 'parallel:\n  tp: 3\n' > "$dir/bad.yaml"
 
 start_coordinator "$fullband" "$dir/coordinator.yaml"
+# The /metrics port it picked is on the second line.
+read -r -u 3 line || fail "no second line from the coordinator"
+[[ $line == "fullband coordinator: /metrics on port "* ]] || fail "second line: $line"
+metrics_port=${line##* }
+python3 -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1]).read().decode())" \
+  "http://127.0.0.1:$metrics_port/metrics" | grep -q '^# TYPE fullband_job_tokens' ||
+  fail "no metrics on the printed port $metrics_port"
 
 out=$("$fullband" submit "$dir/job.yaml" --wait) || fail "submit --wait: $out"
 job=$(head -1 <<< "$out")

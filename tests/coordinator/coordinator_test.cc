@@ -39,6 +39,10 @@ class CoordinatorTest : public ::testing::Test {
     options.launch_timeout_seconds = 300;
     options.jobs_dir = "/jobs";
     options.advertise_address = "localhost:1234";
+    options.mint_worker_token = [this](const std::string& job) {
+      return "token-" + job + "-" + std::to_string(++minted_);
+    };
+    options.revoke_worker_tokens = [this](const std::string& job) { revoked_.push_back(job); };
     StatusOr<std::unique_ptr<Coordinator>> c =
         Coordinator::Create(options, &clock_, {{LauncherKind::kLocal, &launcher_}}, store_.get());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -83,6 +87,8 @@ class CoordinatorTest : public ::testing::Test {
 
   FakeClock clock_;
   FakeLauncher launcher_;
+  int minted_ = 0;
+  std::vector<std::string> revoked_;  // jobs whose worker tokens were revoked
   std::string dir_ = "/coordinator-test";
   bool in_memory_ = true;
   std::unique_ptr<Store> store_;
@@ -326,6 +332,22 @@ TEST_F(CoordinatorTest, TokenEquivalentBudget_NeverLeasesAStepThatWouldOverrun) 
   EXPECT_EQ(State(id), JobState::kCompleted);
   EXPECT_EQ(LedgerOf(id).token_equivalents, 128 * 3 * 4);
   EXPECT_EQ(LedgerOf(id).pass_histogram.at(3), 4);
+}
+
+TEST_F(CoordinatorTest, FinishedJobsToken_LastsAHeartbeatTimeoutForTheGroupToSeeTheEnd) {
+  const std::string id = StartJob();
+  EXPECT_EQ(launcher_.launches().back().env.at("FULLBAND_WORKER_TOKEN"), "token-" + id + "-1");
+  ASSERT_TRUE(coordinator_->CancelJob(id, "enough").ok());
+  EXPECT_TRUE(revoked_.empty());  // the group still has to hear of it
+  EXPECT_EQ(*coordinator_->Heartbeat(id, 7), JobState::kCancelled);
+  clock_.Advance(59);
+  coordinator_->Tick();
+  EXPECT_TRUE(revoked_.empty());
+  clock_.Advance(2);
+  coordinator_->Tick();
+  EXPECT_EQ(revoked_, std::vector<std::string>{id});
+  coordinator_->Tick();
+  EXPECT_EQ(revoked_.size(), 1u);  // once
 }
 
 TEST_F(CoordinatorTest, Commit_NeedsEveryEarlierStepCounted) {

@@ -367,6 +367,23 @@ TEST_F(GrpcServerTest, OversizeStrings_InEveryField_AreRefusedWithShortMessages)
   EXPECT_EQ(alice->List(true)->size(), 3u);
 }
 
+TEST_F(GrpcServerTest, CancelledJob_WorkerHeartbeatSeesTheStateNotUnauthenticated) {
+  const auto [id, token] = SubmitAndLaunch();
+  auto worker = WorkerClient::Register(Options(token), id, 0, 1);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  ASSERT_TRUE(Jobs(kAlice)->Cancel(id, "enough").ok());
+  auto stub = proto::WorkerService::NewStub(*MakeChannel(Options(token)));
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + token);
+  proto::HeartbeatRequest request;
+  request.set_job_id(id);
+  request.set_incarnation(1);
+  proto::HeartbeatResponse response;
+  const grpc::Status s = stub->Heartbeat(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  EXPECT_EQ(response.state(), proto::JOB_STATE_CANCELLED);
+}
+
 TEST_F(GrpcServerTest, PlaintextClient_CannotTalkToTheTlsPort) {
   ClientOptions o = Options(kAlice);
   o.tls_ca_file.clear();
@@ -425,6 +442,16 @@ TEST(ServiceConfig, Keys_AreReadWithDefaultsForTheRest) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->worker_tls_ca, "tls/ca.crt");
   EXPECT_EQ(c->worker_env, (std::vector<std::string>{"SLURM_CONF", "MY_VAR"}));
+}
+
+TEST(ServiceConfig, DialableHost_ReplacesEveryInterfaceWithThisHostsName) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  EXPECT_EQ(DialableHost("127.0.0.1:7070"), "127.0.0.1");
+  EXPECT_EQ(DialableHost("node3:7070"), "node3");
+  EXPECT_EQ(DialableHost("0.0.0.0:7070"), name);
+  EXPECT_EQ(DialableHost("[::]:7070"), name);
+  EXPECT_EQ(DialableHost(":7070"), name);
 }
 
 TEST(ServiceConfig, TlsWithoutTheWorkersCa_IsRefusedAtStart) {
