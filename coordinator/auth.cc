@@ -32,6 +32,19 @@ std::string Sha256(std::string_view text) {
   return digest;
 }
 
+bool FromHex(std::string_view hex, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    const auto nibble = [](char c) {
+      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    };
+    const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return hex.size() % 2 == 0;
+}
+
 // RFC 6750 token68 characters.
 bool IsTokenChar(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -201,16 +214,28 @@ StatusOr<std::string> Authenticator::MintWorkerToken(std::string_view job_id) {
 }
 
 Status Authenticator::RegisterWorkerToken(std::string_view job_id, std::string_view token) {
-  if (job_id.empty()) return InvalidArgumentError("RegisterWorkerToken: job id is empty");
   if (!IsWorkerToken(token)) {
     return InvalidArgumentError(
-        "RegisterWorkerToken: a worker token is 64 lowercase hex digits (job " +
-        std::string(job_id) + ")");
+        "RegisterWorkerToken: a worker token is 64 lowercase hex digits (job " + Excerpt(job_id) +
+        ")");
+  }
+  return RegisterWorkerTokenDigest(job_id, TokenDigestHex(token));
+}
+
+Status Authenticator::RegisterWorkerTokenDigest(std::string_view job_id,
+                                                std::string_view digest_hex) {
+  if (job_id.empty()) return InvalidArgumentError("RegisterWorkerToken: job id is empty");
+  std::string digest;
+  if (!IsWorkerToken(digest_hex) || !FromHex(digest_hex, &digest)) {
+    return InvalidArgumentError(
+        "RegisterWorkerToken: a token digest is 64 lowercase hex digits "
+        "(job " +
+        Excerpt(job_id) + ")");
   }
   Entry entry;
   entry.principal.role = Role::kWorker;
   entry.principal.job_id = std::string(job_id);
-  entry.digest = Sha256(token);
+  entry.digest = std::move(digest);
   std::unique_lock lock(mu_);
   if (static_.count(entry.digest) != 0) {
     return AlreadyExistsError("RegisterWorkerToken: the token is an admin/user token");
@@ -304,6 +329,16 @@ Status CheckJobOwner(const Principal& principal, std::string_view owner) {
       return CheckJobService(principal);
   }
   return PermissionDenied("unknown role");
+}
+
+std::string TokenDigestHex(std::string_view token) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : Sha256(token)) {
+    hex.push_back(kHex[c >> 4]);
+    hex.push_back(kHex[c & 15]);
+  }
+  return hex;
 }
 
 Status CheckWorkerService(const Principal& principal, std::string_view job_id) {

@@ -73,6 +73,10 @@ class Authenticator {
   // that is not 64 lowercase hex digits), ALREADY_EXISTS (the token belongs to someone else).
   Status RegisterWorkerToken(std::string_view job_id, std::string_view token);
 
+  // The same by the token's digest (TokenDigestHex), which is what the coordinator stores.
+  // Errors: INVALID_ARGUMENT (empty job id, not 64 lowercase hex digits), ALREADY_EXISTS.
+  Status RegisterWorkerTokenDigest(std::string_view job_id, std::string_view digest_hex);
+
   // Forgets every worker token of `job_id` (the job ended); returns how many there were.
   int RevokeWorkerTokens(std::string_view job_id);
 
@@ -104,6 +108,9 @@ class Authenticator {
 
   mutable std::atomic<uint64_t> ok_{0}, missing_{0}, malformed_{0}, unknown_{0};
 };
+
+// The SHA-256 of a token as 64 lowercase hex digits: what may be stored in its place.
+std::string TokenDigestHex(std::string_view token);
 
 // Authorization checks. Each returns OK or PERMISSION_DENIED naming the rule broken.
 

@@ -29,8 +29,9 @@ struct Coordinator::Job {
   int64_t restarts = 0;
   uint64_t incarnation = 0;
   std::string handle;
-  std::string worker_token;
-  double revoke_token_at = 0;  // a finished job's token is revoked then (0: not finished)
+  std::string worker_token;         // in memory only: for the launch of the current attempt
+  std::string worker_token_digest;  // stored: re-admits the token after a restart
+  double revoke_token_at = 0;       // a finished job's token is revoked then (0: not finished)
   int64_t leased_until = 0;
   int64_t committed_step = 0;
   std::string checkpoint_path;
@@ -170,9 +171,10 @@ Status Coordinator::Load() {
     job->restarts = s.restarts();
     job->incarnation = s.incarnation();
     job->handle = s.launch_handle();
-    job->worker_token = s.worker_token();
-    if (!job->worker_token.empty() && !IsTerminal(job->state) && options_.restore_worker_token) {
-      options_.restore_worker_token(id, job->worker_token);
+    job->worker_token_digest = s.worker_token_digest();
+    if (!job->worker_token_digest.empty() && !IsTerminal(job->state) &&
+        options_.restore_worker_token) {
+      options_.restore_worker_token(id, job->worker_token_digest);
     }
     job->leased_until = s.leased_until();
     job->committed_step = s.committed_step();
@@ -231,7 +233,7 @@ void Coordinator::Persist(Job& job, double now, WriteSet extra) {
   s.set_restart_at_unix(job.restart_at);
   s.set_updated_unix(job.updated);
   s.set_wall_start_unix(job.wall_start);
-  s.set_worker_token(job.worker_token);
+  s.set_worker_token_digest(job.worker_token_digest);
   extra.puts.emplace_back(StateKey(job.id), s.SerializeAsString());
   store_->Append(std::move(extra));
 }
@@ -357,7 +359,7 @@ std::vector<Coordinator::Action> Coordinator::Finish(Job& job, JobState state,
   // Note [Token after the end]: the group keeps its token for a heartbeat timeout, so that it
   // learns the terminal state from its next heartbeat (instead of UNAUTHENTICATED) and can
   // commit its final checkpoint; then the token is revoked (Tick).
-  if (IsTerminal(state) && !job.worker_token.empty()) {
+  if (IsTerminal(state) && !job.worker_token_digest.empty()) {
     job.revoke_token_at = now + options_.heartbeat_timeout_seconds;
   }
   return actions;
@@ -733,6 +735,7 @@ void Coordinator::Tick() {
       if (job.revoke_token_at > 0 && now >= job.revoke_token_at) {  // Note [Token after the end]
         if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
         job.worker_token.clear();
+        job.worker_token_digest.clear();
         job.revoke_token_at = 0;
         Persist(job, now);
       }
@@ -786,10 +789,12 @@ void Coordinator::Tick() {
         }
         if (!options_.worker_tls_ca.empty()) a.spec.env["FULLBAND_TLS_CA"] = options_.worker_tls_ca;
         if (options_.mint_worker_token) {
-          if (!job.worker_token.empty() && options_.revoke_worker_tokens) {
+          if (!job.worker_token_digest.empty() && options_.revoke_worker_tokens) {
             options_.revoke_worker_tokens(job.id);  // the previous attempt's
           }
-          job.worker_token = options_.mint_worker_token(job.id);
+          CoordinatorOptions::MintedToken minted = options_.mint_worker_token(job.id);
+          job.worker_token = std::move(minted.token);
+          job.worker_token_digest = std::move(minted.digest);
           if (!job.worker_token.empty()) a.spec.env["FULLBAND_WORKER_TOKEN"] = job.worker_token;
         }
         a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside

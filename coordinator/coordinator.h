@@ -96,12 +96,17 @@ struct CoordinatorOptions {
   std::string worker_tls_ca;               // given to workers as FULLBAND_TLS_CA ("" = not set)
   std::string advertise_address;           // FULLBAND_COORDINATOR given to workers
   int64_t max_lease = 1024;                // steps per LeaseBatches
-  // Mints the bearer token of a job attempt's workers (FULLBAND_WORKER_TOKEN); unset or ""
-  // = none. The token is stored with the job; after a restart of the coordinator
-  // restore_worker_token gets it back for every unfinished job, and revoke_worker_tokens is
-  // called when a job finishes. All three are called with the coordinator's lock held.
-  std::function<std::string(const std::string& job_id)> mint_worker_token;
-  std::function<void(const std::string& job_id, const std::string& token)> restore_worker_token;
+  // Mints the bearer token of a job attempt's workers (FULLBAND_WORKER_TOKEN); unset or an
+  // empty token = none. Only the token's digest is stored with the job (tokens never rest on
+  // disk); after a restart of the coordinator restore_worker_token re-admits it by the digest
+  // for every unfinished job, and revoke_worker_tokens is called a heartbeat timeout after a
+  // job finishes. All three are called with the coordinator's lock held.
+  struct MintedToken {
+    std::string token;
+    std::string digest;  // what the store keeps
+  };
+  std::function<MintedToken(const std::string& job_id)> mint_worker_token;
+  std::function<void(const std::string& job_id, const std::string& digest)> restore_worker_token;
   std::function<void(const std::string& job_id)> revoke_worker_tokens;
 };
 

@@ -206,12 +206,12 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
       StatusOr<std::string> token = auth->MintWorkerToken(job_id);
       if (!token.ok()) {
         FB_LOG(ERROR) << "job " << job_id << ": " << token.status().ToString();
-        return std::string();
+        return CoordinatorOptions::MintedToken();
       }
-      return *token;
+      return CoordinatorOptions::MintedToken{*token, TokenDigestHex(*token)};
     };
-    options.restore_worker_token = [auth](const std::string& job_id, const std::string& token) {
-      Status st = auth->RegisterWorkerToken(job_id, token);
+    options.restore_worker_token = [auth](const std::string& job_id, const std::string& digest) {
+      Status st = auth->RegisterWorkerTokenDigest(job_id, digest);
       if (!st.ok()) FB_LOG(ERROR) << "job " << job_id << ": " << st.ToString();
     };
     options.revoke_worker_tokens = [auth](const std::string& job_id) {

@@ -2,8 +2,14 @@
 
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "common/logging.h"
 #include "proto/coordinator_store.pb.h"
@@ -12,12 +18,64 @@ namespace fullband::coordinator {
 namespace {
 
 constexpr char kMagic[] = "fullband-coordinator";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // coordinator/FORMAT.md
 
 Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return OkStatus();
   return InternalError(std::string(what) + ": " + s.ToString());
 }
+
+}  // namespace
+
+namespace {
+
+// Every file RocksDB creates in the store is made owner-only (0600) as soon as it exists; the
+// directory is 0700 already, so no other user reaches one in between.
+class OwnerOnlyFileSystem final : public rocksdb::FileSystemWrapper {
+ public:
+  using rocksdb::FileSystemWrapper::FileSystemWrapper;
+  static const char* kClassName() { return "FullbandOwnerOnlyFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->NewWritableFile(f, o, r, d));
+  }
+  rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                       rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->ReopenWritableFile(f, o, r, d));
+  }
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
+                                      const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->ReuseWritableFile(f, old, o, r, d));
+  }
+  rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSRandomRWFile>* r,
+                                    rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->NewRandomRWFile(f, o, r, d));
+  }
+  rocksdb::IOStatus LockFile(const std::string& f, const rocksdb::IOOptions& o,
+                             rocksdb::FileLock** l, rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->LockFile(f, o, l, d));
+  }
+  rocksdb::IOStatus NewLogger(const std::string& f, const rocksdb::IOOptions& o,
+                              std::shared_ptr<rocksdb::Logger>* r,
+                              rocksdb::IODebugContext* d) override {
+    return Restrict(f, target()->NewLogger(f, o, r, d));
+  }
+
+ private:
+  static rocksdb::IOStatus Restrict(const std::string& file, rocksdb::IOStatus s) {
+    if (s.ok() && ::chmod(file.c_str(), 0600) != 0) {
+      return rocksdb::IOStatus::IOError("chmod 0600 " + file, std::strerror(errno));
+    }
+    return s;
+  }
+};
 
 }  // namespace
 
@@ -27,8 +85,20 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, bool in_mem
   options.create_if_missing = true;
   options.manual_wal_flush = false;
   if (in_memory) {
-    store->mem_env_.reset(rocksdb::NewMemEnv(rocksdb::Env::Default()));
-    options.env = store->mem_env_.get();
+    store->env_.reset(rocksdb::NewMemEnv(rocksdb::Env::Default()));
+    options.env = store->env_.get();
+  } else {
+    // The store is the coordinator's alone: a directory only its user can enter, files only
+    // its user can read (0700, 0600), created so before any record is written.
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return InternalError("creating store directory " + dir + ": " + ec.message());
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, ec);
+    if (ec) return InternalError("restricting store directory " + dir + ": " + ec.message());
+    store->env_ = rocksdb::NewCompositeEnv(
+        std::make_shared<OwnerOnlyFileSystem>(rocksdb::FileSystem::Default()));
+    options.env = store->env_.get();
   }
   rocksdb::DB* db = nullptr;
   FB_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options, dir, &db), "opening store " + dir));

@@ -71,7 +71,7 @@ class Store {
   Store() = default;
   void CommitLoop();
 
-  std::unique_ptr<rocksdb::Env> mem_env_;
+  std::unique_ptr<rocksdb::Env> env_;  // the in-memory Env, or the owner-only one on disk
   std::unique_ptr<rocksdb::DB> db_;
 
   mutable std::mutex mu_;

@@ -182,6 +182,24 @@ TEST(Auth, RegisterWorkerToken_StaticToken_IsAlreadyExists) {
   EXPECT_EQ(auth.RegisterWorkerToken("job", hex).code(), StatusCode::kAlreadyExists);
 }
 
+TEST(Auth, RegisterWorkerTokenDigest_ReadmitsTheTokenByItsDigest) {
+  Authenticator minted, restored;
+  const std::string token = *minted.MintWorkerToken("job-1");
+  const std::string digest = TokenDigestHex(token);
+  EXPECT_EQ(digest.size(), 64u);
+  EXPECT_NE(digest, token);
+  ASSERT_TRUE(restored.RegisterWorkerTokenDigest("job-1", digest).ok());
+  StatusOr<Principal> p = restored.Authenticate("Bearer " + token);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->role, Role::kWorker);
+  EXPECT_EQ(p->job_id, "job-1");
+  EXPECT_EQ(restored.Authenticate("Bearer " + digest).status().code(),
+            StatusCode::kUnauthenticated);  // the digest is no credential
+  EXPECT_EQ(restored.RegisterWorkerTokenDigest("job-1", "xyz").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(restored.RegisterWorkerTokenDigest("job-2", digest).code(), StatusCode::kAlreadyExists);
+}
+
 TEST(Auth, RevokeWorkerTokens_ForgetsOnlyThatJob) {
   Authenticator auth;
   auto a1 = auth.MintWorkerToken("a");

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "tests/coordinator/fakes.h"
@@ -40,7 +41,11 @@ class CoordinatorTest : public ::testing::Test {
     options.jobs_dir = "/jobs";
     options.advertise_address = "localhost:1234";
     options.mint_worker_token = [this](const std::string& job) {
-      return "token-" + job + "-" + std::to_string(++minted_);
+      const std::string token = "token-" + job + "-" + std::to_string(++minted_);
+      return CoordinatorOptions::MintedToken{token, "sha-" + std::to_string(minted_)};
+    };
+    options.restore_worker_token = [this](const std::string& job, const std::string& digest) {
+      restored_.emplace_back(job, digest);
     };
     options.revoke_worker_tokens = [this](const std::string& job) { revoked_.push_back(job); };
     StatusOr<std::unique_ptr<Coordinator>> c =
@@ -89,6 +94,7 @@ class CoordinatorTest : public ::testing::Test {
   FakeLauncher launcher_;
   int minted_ = 0;
   std::vector<std::string> revoked_;  // jobs whose worker tokens were revoked
+  std::vector<std::pair<std::string, std::string>> restored_;  // (job, digest) at load
   std::string dir_ = "/coordinator-test";
   bool in_memory_ = true;
   std::unique_ptr<Store> store_;
@@ -617,6 +623,28 @@ TEST_F(CoordinatorRestartTest, Submit_SameRequestId_ReturnsTheFirstJobAcrossRest
   Restart();
   EXPECT_EQ(*coordinator_->SubmitJob(spec, "req-1"), id);
   EXPECT_EQ(coordinator_->ListJobs("", true).size(), 4u);
+}
+
+TEST_F(CoordinatorRestartTest, Store_KeepsTokenDigestsOnlyInAnOwnerOnlyDirectory) {
+  const std::string id = StartJob();
+  const std::string token = launcher_.launches().back().env.at("FULLBAND_WORKER_TOKEN");
+  ASSERT_EQ(token, "token-" + id + "-1");
+  Restart();
+  EXPECT_EQ(restored_, (std::vector<std::pair<std::string, std::string>>{{id, "sha-1"}}));
+  namespace fs = std::filesystem;
+  EXPECT_EQ(fs::status(path_).permissions() & fs::perms::all, fs::perms::owner_all);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path_)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(e.status().permissions() & (fs::perms::group_all | fs::perms::others_all),
+              fs::perms::none)
+        << e.path();
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(bytes.find(token), std::string::npos) << "the token rests in " << e.path();
+  }
+  EXPECT_GT(files, 3);
 }
 
 TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWasted) {
