@@ -36,17 +36,50 @@ std::string Authorization(grpc::CallbackServerContext* context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-// Runs the handler and finishes the call once its writes are durable.
-template <typename Call>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, RpcHandler* handler,
-                                Call&& call) {
+// Note [Raw requests]: every unary method takes its request's bytes and parses them itself, so
+// that bytes that are no message of its type are answered INVALID_ARGUMENT naming the type
+// (gRPC's own parse failure reaches the client as UNIMPLEMENTED, "no such method").
+template <typename Req, typename Resp>
+using HandlerMethod = Status (RpcHandler::*)(std::string_view, const Req&, Resp*);
+
+bool ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message* request) {
+  std::vector<grpc::Slice> slices;
+  if (!in.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return request->ParseFromString(bytes);
+}
+
+// Runs the handler on the parsed request and finishes the call — with `durable`, once the
+// writes it made are durable.
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* Raw(grpc::CallbackServerContext* context, RpcHandler* handler,
+                              const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                              HandlerMethod<Req, Resp> method, bool durable = true) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const Status s = call(Authorization(context));
-  if (!s.ok()) {
-    reactor->Finish(ToGrpc(s));
+  Req request;
+  if (!ParseRequest(*in, &request)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "request: not a valid " + Req::descriptor()->full_name()));
     return reactor;
   }
-  handler->AfterDurable([reactor](const Status& durable) { reactor->Finish(ToGrpc(durable)); });
+  auto response = std::make_shared<Resp>();
+  const Status s = (handler->*method)(Authorization(context), request, response.get());
+  auto finish = [reactor, response, out](const Status& status) {
+    if (status.ok()) {
+      const std::string bytes = response->SerializeAsString();
+      grpc::Slice slice(bytes);
+      *out = grpc::ByteBuffer(&slice, 1);
+    }
+    reactor->Finish(ToGrpc(status));
+  };
+  if (!s.ok() || !durable) {
+    finish(s);
+  } else {
+    handler->AfterDurable(std::move(finish));
+  }
   return reactor;
 }
 
@@ -147,32 +180,30 @@ class WatchReactor final : public grpc::ServerWriteReactor<proto::JobEvent> {
   bool cancelled_ = false;
 };
 
-class JobServiceImpl final : public proto::JobService::CallbackService {
+using JS = proto::JobService;
+using RawJobService = JS::WithRawCallbackMethod_SubmitJob<JS::WithRawCallbackMethod_GetJob<
+    JS::WithRawCallbackMethod_ListJobs<JS::WithRawCallbackMethod_CancelJob<JS::CallbackService>>>>;
+
+class JobServiceImpl final : public RawJobService {
  public:
   JobServiceImpl(RpcHandler* handler, Watchers* watchers)
       : handler_(handler), watchers_(watchers) {}
 
-  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c,
-                                      const proto::SubmitJobRequest* req,
-                                      proto::SubmitJobResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->SubmitJob(a, *req, resp); });
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::SubmitJob);
   }
-  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const proto::GetJobRequest* req,
-                                   proto::Job* resp) override {
-    return Unary(c, handler_, [&](std::string_view a) { return handler_->GetJob(a, *req, resp); });
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                   grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::GetJob);
   }
-  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c,
-                                     const proto::ListJobsRequest* req,
-                                     proto::ListJobsResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->ListJobs(a, *req, resp); });
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::ListJobs);
   }
-  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c,
-                                      const proto::CancelJobRequest* req,
-                                      proto::Job* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->CancelJob(a, *req, resp); });
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::CancelJob);
   }
   grpc::ServerWriteReactor<proto::JobEvent>* WatchJob(grpc::CallbackServerContext* c,
                                                       const proto::WatchJobRequest* req) override {
@@ -192,53 +223,49 @@ class JobServiceImpl final : public proto::JobService::CallbackService {
   Watchers* watchers_;
 };
 
-class WorkerServiceImpl final : public proto::WorkerService::CallbackService {
+using WS = proto::WorkerService;
+using RawWorkerService =
+    WS::WithRawCallbackMethod_RegisterWorkerGroup<WS::WithRawCallbackMethod_Heartbeat<
+        WS::WithRawCallbackMethod_LeaseBatches<WS::WithRawCallbackMethod_ReportStep<
+            WS::WithRawCallbackMethod_CommitCheckpoint<WS::WithRawCallbackMethod_RollBackCheckpoint<
+                WS::WithRawCallbackMethod_ReportFailure<WS::CallbackService>>>>>>>;
+
+class WorkerServiceImpl final : public RawWorkerService {
  public:
   explicit WorkerServiceImpl(RpcHandler* handler) : handler_(handler) {}
 
   grpc::ServerUnaryReactor* RegisterWorkerGroup(grpc::CallbackServerContext* c,
-                                                const proto::RegisterWorkerGroupRequest* req,
-                                                proto::RegisterWorkerGroupResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->RegisterWorkerGroup(a, *req, resp); });
+                                                const grpc::ByteBuffer* in,
+                                                grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::RegisterWorkerGroup);
   }
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* c,
-                                      const proto::HeartbeatRequest* req,
-                                      proto::HeartbeatResponse* resp) override {
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                      grpc::ByteBuffer* out) override {
     // A heartbeat writes nothing: answered at once.
-    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
-    reactor->Finish(ToGrpc(handler_->Heartbeat(Authorization(c), *req, resp)));
-    return reactor;
+    return Raw(c, handler_, in, out, &RpcHandler::Heartbeat, /*durable=*/false);
   }
-  grpc::ServerUnaryReactor* LeaseBatches(grpc::CallbackServerContext* c,
-                                         const proto::LeaseBatchesRequest* req,
-                                         proto::LeaseBatchesResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->LeaseBatches(a, *req, resp); });
+  grpc::ServerUnaryReactor* LeaseBatches(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                         grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::LeaseBatches);
   }
-  grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* c,
-                                       const proto::ReportStepRequest* req,
-                                       proto::ReportStepResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->ReportStep(a, *req, resp); });
+  grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
+                                       grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::ReportStep);
   }
   grpc::ServerUnaryReactor* CommitCheckpoint(grpc::CallbackServerContext* c,
-                                             const proto::CommitCheckpointRequest* req,
-                                             proto::CommitCheckpointResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->CommitCheckpoint(a, *req, resp); });
+                                             const grpc::ByteBuffer* in,
+                                             grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::CommitCheckpoint);
   }
   grpc::ServerUnaryReactor* RollBackCheckpoint(grpc::CallbackServerContext* c,
-                                               const proto::RollBackCheckpointRequest* req,
-                                               proto::RollBackCheckpointResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->RollBackCheckpoint(a, *req, resp); });
+                                               const grpc::ByteBuffer* in,
+                                               grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::RollBackCheckpoint);
   }
   grpc::ServerUnaryReactor* ReportFailure(grpc::CallbackServerContext* c,
-                                          const proto::ReportFailureRequest* req,
-                                          proto::ReportFailureResponse* resp) override {
-    return Unary(c, handler_,
-                 [&](std::string_view a) { return handler_->ReportFailure(a, *req, resp); });
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::ReportFailure);
   }
 
  private:

@@ -384,6 +384,31 @@ TEST_F(GrpcServerTest, CancelledJob_WorkerHeartbeatSeesTheStateNotUnauthenticate
   EXPECT_EQ(response.state(), proto::JOB_STATE_CANCELLED);
 }
 
+TEST_F(GrpcServerTest, UnparsableRequestBytes_AreInvalidArgumentAndTheChannelStillAnswers) {
+  const auto [id, token] = SubmitAndLaunch();
+  auto channel = *MakeChannel(Options(kAlice));
+  grpc::GenericStub stub(channel);
+  // A field tag with wire type 7 (there is none) and truncated varints: no message parses.
+  for (const std::string& bytes : {std::string("\x0f\x01", 2), std::string("\x0a\xff", 2),
+                                   std::string("\x08\xff\xff\xff", 4)}) {
+    for (const char* method :
+         {"/fullband.proto.JobService/GetJob", "/fullband.proto.JobService/SubmitJob",
+          "/fullband.proto.WorkerService/Heartbeat", "/fullband.proto.WorkerService/ReportStep"}) {
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", std::string("Bearer ") + kAlice);
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer in(&slice, 1), out;
+      std::promise<grpc::Status> done;
+      stub.UnaryCall(&context, method, grpc::StubOptions(), &in, &out,
+                     [&](grpc::Status s) { done.set_value(s); });
+      const grpc::Status s = done.get_future().get();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << method << ": " << s.error_code() << " " << s.error_message();
+    }
+  }
+  EXPECT_TRUE(Jobs(kAlice)->Get(id).ok());
+}
+
 TEST_F(GrpcServerTest, PlaintextClient_CannotTalkToTheTlsPort) {
   ClientOptions o = Options(kAlice);
   o.tls_ca_file.clear();
