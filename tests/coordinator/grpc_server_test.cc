@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 #include <tuple>
 
 #include "coordinator/client.h"
@@ -97,6 +98,81 @@ class GrpcServerTest : public ::testing::Test {
     }
     ADD_FAILURE() << "job " << *id << " was not launched";
     return {*id, ""};
+  }
+
+  // A valid request of every unary method (about job `id` with its worker `token`; `other`
+  // is a second job, the one to cancel), and whose token sends it.
+  using Call = std::tuple<std::string, std::shared_ptr<google::protobuf::Message>, std::string>;
+  std::vector<Call> ValidCalls(const std::string& id, const std::string& token,
+                               const std::string& other) {
+    std::vector<Call> calls;
+    const auto add = [&](const std::string& method, auto request, const std::string& who) {
+      calls.emplace_back(method, std::make_shared<decltype(request)>(request), who);
+    };
+    proto::SubmitJobRequest submit;
+    *submit.mutable_spec() = Spec("big");
+    add("/fullband.proto.JobService/SubmitJob", submit, kAlice);
+    proto::GetJobRequest get;
+    get.set_job_id(id);
+    add("/fullband.proto.JobService/GetJob", get, kAlice);
+    proto::CancelJobRequest cancel;
+    cancel.set_job_id(other);
+    cancel.set_reason("r");
+    add("/fullband.proto.JobService/CancelJob", cancel, kAlice);
+    proto::RegisterWorkerGroupRequest reg;
+    reg.set_job_id(id);
+    reg.set_incarnation(5);
+    reg.set_world_size(1);
+    reg.set_host("h");
+    add("/fullband.proto.WorkerService/RegisterWorkerGroup", reg, token);
+    proto::HeartbeatRequest beat;
+    beat.set_job_id(id);
+    beat.set_incarnation(5);
+    add("/fullband.proto.WorkerService/Heartbeat", beat, token);
+    proto::LeaseBatchesRequest lease;
+    lease.set_job_id(id);
+    lease.set_incarnation(5);
+    lease.set_count(1);
+    add("/fullband.proto.WorkerService/LeaseBatches", lease, token);
+    proto::ReportStepRequest report;
+    report.set_job_id(id);
+    report.set_incarnation(5);
+    report.set_tokens(128);
+    report.set_passes(1);
+    report.add_losses(1.0);
+    add("/fullband.proto.WorkerService/ReportStep", report, token);
+    proto::CommitCheckpointRequest commit;
+    commit.set_job_id(id);
+    commit.set_incarnation(5);
+    commit.set_step(1);
+    commit.set_path("/c");
+    commit.set_shards(1);
+    add("/fullband.proto.WorkerService/CommitCheckpoint", commit, token);
+    proto::RollBackCheckpointRequest rollback;
+    rollback.set_job_id(id);
+    rollback.set_incarnation(5);
+    rollback.set_reason("r");
+    add("/fullband.proto.WorkerService/RollBackCheckpoint", rollback, token);
+    proto::ReportFailureRequest failure;
+    failure.set_job_id(id);
+    failure.set_incarnation(5);
+    failure.set_reason("r");
+    add("/fullband.proto.WorkerService/ReportFailure", failure, token);
+
+    return calls;
+  }
+
+  // One raw unary call of `method` with `bytes`, as `token` ("" = none).
+  static grpc::Status RawCall(grpc::GenericStub& stub, const std::string& method,
+                              const std::string& bytes, const std::string& token) {
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer in(&slice, 1), out;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, method, grpc::StubOptions(), &in, &out,
+                   [&](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
   }
 
   static std::filesystem::path dir_;
@@ -266,62 +342,7 @@ void SetPath(google::protobuf::Message* m,
 TEST_F(GrpcServerTest, OversizeStrings_InEveryField_AreRefusedWithShortMessages) {
   const auto [id, token] = SubmitAndLaunch();
   const std::string other = *Jobs(kAlice)->Submit(Spec("other"));
-  // A valid request of every unary method, and who sends it.
-  std::vector<std::tuple<std::string, std::unique_ptr<google::protobuf::Message>, std::string>>
-      calls;
-  const auto add = [&](const std::string& method, auto request, const std::string& who) {
-    calls.emplace_back(method, std::make_unique<decltype(request)>(request), who);
-  };
-  proto::SubmitJobRequest submit;
-  *submit.mutable_spec() = Spec("big");
-  add("/fullband.proto.JobService/SubmitJob", submit, kAlice);
-  proto::GetJobRequest get;
-  get.set_job_id(id);
-  add("/fullband.proto.JobService/GetJob", get, kAlice);
-  proto::CancelJobRequest cancel;
-  cancel.set_job_id(other);
-  cancel.set_reason("r");
-  add("/fullband.proto.JobService/CancelJob", cancel, kAlice);
-  proto::RegisterWorkerGroupRequest reg;
-  reg.set_job_id(id);
-  reg.set_incarnation(5);
-  reg.set_world_size(1);
-  reg.set_host("h");
-  add("/fullband.proto.WorkerService/RegisterWorkerGroup", reg, token);
-  proto::HeartbeatRequest beat;
-  beat.set_job_id(id);
-  beat.set_incarnation(5);
-  add("/fullband.proto.WorkerService/Heartbeat", beat, token);
-  proto::LeaseBatchesRequest lease;
-  lease.set_job_id(id);
-  lease.set_incarnation(5);
-  lease.set_count(1);
-  add("/fullband.proto.WorkerService/LeaseBatches", lease, token);
-  proto::ReportStepRequest report;
-  report.set_job_id(id);
-  report.set_incarnation(5);
-  report.set_tokens(128);
-  report.set_passes(1);
-  report.add_losses(1.0);
-  add("/fullband.proto.WorkerService/ReportStep", report, token);
-  proto::CommitCheckpointRequest commit;
-  commit.set_job_id(id);
-  commit.set_incarnation(5);
-  commit.set_step(1);
-  commit.set_path("/c");
-  commit.set_shards(1);
-  add("/fullband.proto.WorkerService/CommitCheckpoint", commit, token);
-  proto::RollBackCheckpointRequest rollback;
-  rollback.set_job_id(id);
-  rollback.set_incarnation(5);
-  rollback.set_reason("r");
-  add("/fullband.proto.WorkerService/RollBackCheckpoint", rollback, token);
-  proto::ReportFailureRequest failure;
-  failure.set_job_id(id);
-  failure.set_incarnation(5);
-  failure.set_reason("r");
-  add("/fullband.proto.WorkerService/ReportFailure", failure, token);
-
+  const std::vector<Call> calls = ValidCalls(id, token, other);
   auto channel = *MakeChannel(Options(kAlice));
   grpc::GenericStub stub(channel);
   const std::string big(64 << 10, 'x');
@@ -336,15 +357,7 @@ TEST_F(GrpcServerTest, OversizeStrings_InEveryField_AreRefusedWithShortMessages)
       SetPath(spoiled.get(), field, big);
       std::string where = method + " ";
       for (const auto* f : field) where += f->name() + ".";
-      grpc::ClientContext context;
-      context.AddMetadata("authorization", "Bearer " + who);
-      const std::string bytes = spoiled->SerializeAsString();
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer in(&slice, 1), out;
-      std::promise<grpc::Status> done;
-      stub.UnaryCall(&context, method, grpc::StubOptions(), &in, &out,
-                     [&](grpc::Status s) { done.set_value(s); });
-      const grpc::Status s = done.get_future().get();
+      const grpc::Status s = RawCall(stub, method, spoiled->SerializeAsString(), who);
       if (where.ends_with(" spec.owner.")) {  // ignored: the server sets the owner (the proto)
         EXPECT_TRUE(s.ok()) << where << ": " << s.error_message().substr(0, 200);
         continue;
@@ -394,19 +407,60 @@ TEST_F(GrpcServerTest, UnparsableRequestBytes_AreInvalidArgumentAndTheChannelSti
     for (const char* method :
          {"/fullband.proto.JobService/GetJob", "/fullband.proto.JobService/SubmitJob",
           "/fullband.proto.WorkerService/Heartbeat", "/fullband.proto.WorkerService/ReportStep"}) {
-      grpc::ClientContext context;
-      context.AddMetadata("authorization", std::string("Bearer ") + kAlice);
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer in(&slice, 1), out;
-      std::promise<grpc::Status> done;
-      stub.UnaryCall(&context, method, grpc::StubOptions(), &in, &out,
-                     [&](grpc::Status s) { done.set_value(s); });
-      const grpc::Status s = done.get_future().get();
+      const grpc::Status s = RawCall(stub, method, bytes, kAlice);
       EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
           << method << ": " << s.error_code() << " " << s.error_message();
     }
   }
   EXPECT_TRUE(Jobs(kAlice)->Get(id).ok());
+}
+
+TEST_F(GrpcServerTest, Fuzz_MutatedAndRandomRequests_NeverCrashOrChangeTheLedgerWhenRefused) {
+  const auto [id, token] = SubmitAndLaunch();
+  const std::string other = *Jobs(kAlice)->Submit(Spec("other"));
+  const std::vector<Call> calls = ValidCalls(id, token, other);
+  auto channel = *MakeChannel(Options(kAlice));
+  grpc::GenericStub stub(channel);
+  auto alice = Jobs(kAdmin);
+  std::mt19937_64 rng(20261207);
+  const std::vector<std::string> tokens = {"", kAlice, kBob, token, "not-a-token", kAdmin};
+  int refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    const auto& [method, request, who] = calls[rng() % calls.size()];
+    std::string bytes = request->SerializeAsString();
+    switch (rng() % 4) {
+      case 0:  // random bytes
+        bytes.assign(rng() % 64, '\0');
+        for (char& c : bytes) c = static_cast<char>(rng());
+        break;
+      case 1:  // flipped bytes
+        for (int k = 0; k < 3 && !bytes.empty(); ++k)
+          bytes[rng() % bytes.size()] ^= 1 << (rng() % 8);
+        break;
+      case 2:  // truncated
+        bytes.resize(bytes.empty() ? 0 : rng() % bytes.size());
+        break;
+      default:  // a random byte inserted
+        bytes.insert(bytes.begin() + (bytes.empty() ? 0 : rng() % bytes.size()),
+                     static_cast<char>(rng()));
+    }
+    const std::string& as = rng() % 2 ? who : tokens[rng() % tokens.size()];
+    const proto::Ledger before = alice->Get(id)->ledger();
+    const grpc::Status s = RawCall(stub, method, bytes, as);
+    ASSERT_NE(s.error_code(), grpc::StatusCode::UNAVAILABLE) << method << ": the server is gone";
+    EXPECT_NE(s.error_code(), grpc::StatusCode::INTERNAL) << method << ": " << s.error_message();
+    EXPECT_NE(s.error_code(), grpc::StatusCode::UNKNOWN) << method << ": " << s.error_message();
+    EXPECT_LE(s.error_message().size(), 1024u);
+    if (!s.ok()) {
+      ++refused;
+      EXPECT_EQ(alice->Get(id)->ledger().SerializeAsString(), before.SerializeAsString())
+          << method << " was refused (" << s.error_code() << ") and changed the ledger";
+    }
+  }
+  EXPECT_GT(refused, 300);
+  // The server still answers valid requests.
+  EXPECT_TRUE(Jobs(kAlice)->Get(id).ok());
+  EXPECT_TRUE(Jobs(kAlice)->List(true).ok());
 }
 
 TEST_F(GrpcServerTest, PlaintextClient_CannotTalkToTheTlsPort) {
