@@ -387,11 +387,12 @@ StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const std::s
 StatusOr<Coordinator::Job*> Coordinator::RunningJob(const std::string& job_id,
                                                     uint64_t incarnation) {
   FB_ASSIGN_OR_RETURN(Job * job, Find(job_id));
-  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
+  // The state first: a group of a finished or restarting job learns that, not that it is stale.
   if (job->state != JobState::kRunning) {
     return FailedPreconditionError("job " + job_id + " is " +
                                    std::string(JobStateName(job->state)));
   }
+  FB_RETURN_IF_ERROR(CheckIncarnation(*job, incarnation));
   return job;
 }
 

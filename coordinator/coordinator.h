@@ -203,7 +203,8 @@ class Coordinator {
   // Moves the counted steps after the last checkpoint to wasted (their records deleted by
   // `writes`) and forgets the registered worker group.
   void Rollback(Job& job, WriteSet& writes);
-  // The job `job_id`, RUNNING under `incarnation` (NOT_FOUND, ABORTED, FAILED_PRECONDITION).
+  // The job `job_id`, RUNNING under `incarnation`: NOT_FOUND, FAILED_PRECONDITION (not
+  // RUNNING, checked first), ABORTED (another incarnation).
   StatusOr<Job*> RunningJob(const std::string& job_id, uint64_t incarnation);
   // Moves one counted step of `passes` passes from the ledger to wasted; deletes its record.
   static void Uncount(Job& job, int64_t step, int64_t passes, WriteSet& writes);

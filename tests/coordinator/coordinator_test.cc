@@ -507,8 +507,12 @@ TEST_F(CoordinatorTest, Cancel_KillsTheGroupAndIsFinal) {
   EXPECT_TRUE(launcher_.killed().empty());  // the kill is made by the next tick
   coordinator_->Tick();
   EXPECT_EQ(launcher_.killed(), std::vector<std::string>{"h1"});
-  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 1).status().code(), StatusCode::kAborted);
+  // The proto's codes: a lease of a job that is not RUNNING is FAILED_PRECONDITION, and a
+  // heartbeat answers the terminal state.
+  EXPECT_EQ(coordinator_->LeaseBatches(id, 7, 0, 1).status().code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(coordinator_->Heartbeat(id, 7).value(), JobState::kCancelled);
+  EXPECT_EQ(coordinator_->Heartbeat(id, 99).value(), JobState::kCancelled);
   // Cancelling again changes nothing.
   EXPECT_EQ(coordinator_->CancelJob(id, "again")->reason, "by alice");
   EXPECT_EQ(coordinator_->CancelJob("none", "").status().code(), StatusCode::kNotFound);
