@@ -11,6 +11,7 @@ nvidia-smi | tee "$out/nvidia-smi.txt" || true
 FULLBAND_TARGETS="ops_test ops_bench fullband" scripts/build.sh -DFULLBAND_CUDA=ON \
   2>&1 | tail -n 20 | tee "$out/build.txt"
 build/cli/fullband backends | tee "$out/backends.txt"
-build/tests/ops/ops_test --gtest_brief=1 2>&1 | tee "$out/ops_test.txt"
+# A CUDA backend that cannot be created fails every CUDA test here, with the plugin's error.
+FULLBAND_REQUIRE_CUDA=1 build/tests/ops/ops_test --gtest_brief=1 2>&1 | tee "$out/ops_test.txt"
 build/bench/ops_bench --device cuda 2>&1 | tee "$out/bench_cuda.jsonl"
 build/bench/ops_bench --quick 2>&1 | tee "$out/bench_cpu.jsonl"

@@ -1,9 +1,11 @@
-// BackendTest: creates the backend under test (skipping cuda instances without a device and
-// CPU instances whose instruction set this CPU lacks),
+// BackendTest: creates the backend under test (skipping cuda instances without a device —
+// failing them instead under FULLBAND_REQUIRE_CUDA=1 — and CPU instances whose instruction set
+// this CPU lacks),
 // tracks and frees device buffers, moves host data in and out, and compares results.
 #include "tests/ops/backend_fixture.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -15,7 +17,15 @@ namespace fullband::ops::test {
 void BackendTest::SetUp() {
   rng_.seed(0x5eed'f011'ba2dULL);
   if (device() == Device::kCuda && !CudaAvailable()) {
-    GTEST_SKIP() << "no CUDA device: CUDA parity not run";
+    // Why: the plugin's load error, no device, or a build without CUDA.
+    const std::string why = CreateBackend({.device = Device::kCuda}).status().ToString();
+    // On a GPU machine (scripts/gpu_check.sh sets it) a CUDA backend that cannot be created is
+    // a broken build, not a machine without a GPU.
+    const char* require = std::getenv("FULLBAND_REQUIRE_CUDA");
+    if (require != nullptr && std::string(require) == "1") {
+      FAIL() << "FULLBAND_REQUIRE_CUDA=1 and no CUDA backend: " << why;
+    }
+    GTEST_SKIP() << "no CUDA backend here (" << why << "): CUDA parity not run";
   }
   const BackendVariant& variant = GetParam();
   if (device() == Device::kCpu && !ops::cpu::SimdKernelsFor(variant.cpu_isa).ok()) {
