@@ -1,6 +1,7 @@
 // AttentionForward/Backward against the float64 reference: causal GQA (H = Hkv, H = 4 with
 // Hkv = 2, H = 6 with Hkv = 1) with and without a sliding window (query t sees key s iff
-// s <= t and (W == 0 or t - W < s)), T = 1, 7, 33 and 257, Dh = 8, 10, 16, custom scale and
+// s <= t and (W == 0 or t - W < s)), T = 1, 7, 33, 65 and 257, Dh = 8, 10, 16 and the
+// production 64, 96, 128, 256, custom scale and
 // large scores; out and lse both checked; the backward by float64 finite differences with
 // dq, dk, dv overwritten; and CPU run-to-run bitwise determinism.
 #include <gtest/gtest.h>
@@ -132,6 +133,19 @@ TEST_P(AttentionTest, Forward_CausalGqaShapes_MatchesReference) {
                         Case{2, 7, 4, 4, 10}, Case{1, 33, 6, 1, 8}}) {
     CheckForward(c, kForwardTol);
   }
+}
+
+// The head dims of production configs (the default is 96), where the CUDA kernels switch to
+// their wider variants; T = 65 spans more than one tile of keys.
+TEST_P(AttentionTest, Forward_ProductionHeadDims_MatchesReference) {
+  for (const int64_t dh : {64, 96, 128, 256}) {
+    CheckForward(Case{1, 65, 4, 2, dh}, kForwardTol);
+    CheckForward(Case{1, 65, 2, 1, dh, 16}, kForwardTol);
+  }
+}
+
+TEST_P(AttentionTest, Backward_ProductionHeadDims_MatchesFiniteDifferences) {
+  for (const int64_t dh : {64, 96, 128, 256}) CheckBackward(Case{1, 9, 2, 1, dh, 4});
 }
 
 TEST_P(AttentionTest, Forward_WindowSmallerThanT_MatchesReference) {

@@ -98,6 +98,12 @@ TEST_P(RmsNormTest, Backward_VariousShapes_MatchesFiniteDifferences) {
   }
 }
 
+// More than 128 rows: the gain gradient's sum over rows runs in several chunks (on CUDA, blocks
+// that combine with atomicAdd).
+TEST_P(RmsNormTest, Backward_ManyRows_SumsTheGainGradientOverEveryChunk) {
+  for (const Case c : {Case{129, 16}, Case{300, 8}}) CheckBackward(c, 1e-6f, /*alias=*/false);
+}
+
 TEST_P(RmsNormTest, Backward_LargeEps_MatchesFiniteDifferences) {
   CheckBackward({7, 24}, 0.5f, /*alias=*/false);
 }
