@@ -135,10 +135,12 @@ StatusOr<proto::Job> JobClient::Cancel(const std::string& job_id, const std::str
 }
 
 Status JobClient::Watch(const std::string& job_id,
-                        const std::function<bool(const proto::Job&)>& on_event) {
+                        const std::function<bool(const proto::Job&)>& on_event,
+                        std::chrono::milliseconds timeout) {
   proto::WatchJobRequest request;
   request.set_job_id(job_id);
   grpc::ClientContext context;
+  if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
   if (!impl_->options.token.empty()) {
     context.AddMetadata("authorization", "Bearer " + impl_->options.token);
   }

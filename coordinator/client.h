@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -58,7 +59,9 @@ class JobClient {
   StatusOr<proto::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Calls on_event for every event until the stream ends (a terminal state: OK) or
   // on_event returns false (CANCELLED).
-  Status Watch(const std::string& job_id, const std::function<bool(const proto::Job&)>& on_event);
+  // `timeout` > 0 ends the watch with DEADLINE_EXCEEDED after that long.
+  Status Watch(const std::string& job_id, const std::function<bool(const proto::Job&)>& on_event,
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
  private:
   struct Impl;

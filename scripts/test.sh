@@ -12,7 +12,7 @@ echo "== build (Release)"
 scripts/build.sh
 echo "== tests (Release)"
 status=0
-ctest --test-dir build --output-on-failure -j "$(nproc)" 2>&1 | tee "$logs/release.log" || status=1
+ctest --test-dir build --output-on-failure --timeout 900 -j "$(nproc)" 2>&1 | tee "$logs/release.log" || status=1
 
 echo "== build (ASan + UBSan, CPU only)"
 FULLBAND_BUILD_DIR=build-asan FULLBAND_TARGETS="common_test proto_test checkpoint_test ops_test worker_test dataloader_test tokenizer_test \
@@ -22,7 +22,7 @@ FULLBAND_BUILD_DIR=build-asan FULLBAND_TARGETS="common_test proto_test checkpoin
 echo "== unit tests (ASan + UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan -L unit --output-on-failure -j "$(nproc)" 2>&1 |
+ctest --test-dir build-asan -L unit --output-on-failure --timeout 900 -j "$(nproc)" 2>&1 |
   tee "$logs/asan.log" || status=1
 
 # CTest counts skipped tests as passed; report them apart.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -152,7 +153,11 @@ TEST(CrashE2e, KillDashNine_LosesNoAcknowledgedReportAndCountsNoneTwice) {
       }
     });
   }
-  while (ack_count.load() < 2000) std::this_thread::yield();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (ack_count.load() < 2000 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  ASSERT_GE(ack_count.load(), 2000) << "2000 reports not acknowledged within 2 minutes";
   process->Kill(SIGKILL);
   for (auto& th : threads) th.join();
   ASSERT_GE(acked.size(), 2000u);

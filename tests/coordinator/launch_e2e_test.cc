@@ -84,7 +84,7 @@ class LaunchE2eTest : public ::testing::Test {
     config.tokens_file = d + "/tokens.yaml";
     config.tick_seconds = 0.05;
     config.heartbeat_interval_seconds = 0.5;
-    config.heartbeat_timeout_seconds = 5;
+    config.heartbeat_timeout_seconds = 30;  // failures here are exits, not silence
     config.direct_single_process = true;
     config.kill_grace_seconds = 1;
     launcher_ = std::make_unique<RecordingLauncher>(LocalLauncherOptionsFor(config));
@@ -122,10 +122,13 @@ class LaunchE2eTest : public ::testing::Test {
     StatusOr<std::string> id = jobs_->Submit(spec);
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     proto::Job last;
-    const Status s = jobs_->Watch(*id, [&](const proto::Job& job) {
-      last = job;
-      return true;
-    });
+    const Status s = jobs_->Watch(
+        *id,
+        [&](const proto::Job& job) {
+          last = job;
+          return true;
+        },
+        std::chrono::minutes(2));
     EXPECT_TRUE(s.ok()) << s.ToString();
     return last;
   }

@@ -192,17 +192,13 @@ std::string RandomText(std::mt19937_64& rng, size_t max_chars) {
   return out;
 }
 
-TEST_F(TokenizerTest, EncodeDecode_RandomValidUtf8ForTwoSeconds_RoundTrips) {
+TEST_F(TokenizerTest, EncodeDecode_RandomValidUtf8_RoundTrips) {
   std::mt19937_64 rng(20261202);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  int64_t cases = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
+  for (int64_t cases = 0; cases < 5000; ++cases) {  // a count, not a time: the same cases anywhere
     const std::string text = RandomText(rng, cases % 50 == 0 ? 2000 : 40);
     ASSERT_EQ(FirstInvalidUtf8(text), text.size());
     ASSERT_EQ(RoundTrip(text), text) << "case " << cases << ": " << ::testing::PrintToString(text);
-    ++cases;
   }
-  EXPECT_GT(cases, 1000);
 }
 
 TEST_F(TokenizerTest, EncodeDecode_RandomBytes_GiveTheReplacedText) {
@@ -221,9 +217,9 @@ TEST_F(TokenizerTest, EncodeDecode_RandomBytes_GiveTheReplacedText) {
   }
 }
 
-TEST_F(TokenizerTest, Encode_HugePieces_RoundTripQuickly) {
-  // One-piece inputs far longer than any token: the merge must not be quadratic.
-  const auto start = std::chrono::steady_clock::now();
+TEST_F(TokenizerTest, Encode_HugePieces_RoundTrip) {
+  // One-piece inputs far longer than any token. A quadratic merge would run for hours and hit
+  // the test's CTest timeout; the speed itself is bench/tokenize_bench's.
   std::string letters;
   std::mt19937_64 rng(3);
   for (int i = 0; i < 1 << 18; ++i) letters += "abcdefghij"[rng() % 10];
@@ -231,7 +227,6 @@ TEST_F(TokenizerTest, Encode_HugePieces_RoundTripQuickly) {
                                   letters, std::string(1 << 18, '!'), std::string(1 << 18, '\n')}) {
     ASSERT_EQ(RoundTrip(text), text);
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
 }
 
 TEST_F(TokenizerTest, Encode_ManyThreads_AgreeWithOneThread) {
