@@ -2,6 +2,7 @@
 #include "checkpoint/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -72,6 +73,54 @@ TEST_F(SafetensorsTest, Find_WrongDtypeOrShapeOrName_Fails) {
   EXPECT_NE(dtype.message().find("tensor w is F32, expected I32"), std::string::npos);
   const Status shape = f->Find("w", StDType::kF32, {3, 2}).status();
   EXPECT_NE(shape.message().find("has shape [2, 3], expected [3, 2]"), std::string::npos);
+}
+
+TEST_F(SafetensorsTest, RoundTrip_EveryDtypeKeepsItsBytes) {
+  const std::vector<double> f64 = {1.0 / 3, -2.5e300};
+  const std::vector<int64_t> i64 = {-1, int64_t{1} << 62};
+  const std::vector<uint8_t> u8 = {0, 255, 7};
+  const std::vector<uint16_t> half = {0x3c00, 0xc000};  // BF16 / F16 bit patterns
+  const std::string path = dir_ + "/dtypes.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, {{"f64", StDType::kF64, {2}, f64.data()},
+                                      {"i64", StDType::kI64, {2, 1}, i64.data()},
+                                      {"u8", StDType::kU8, {3}, u8.data()},
+                                      {"bf16", StDType::kBF16, {2}, half.data()},
+                                      {"f16", StDType::kF16, {1, 2}, half.data()}})
+                  .ok());
+  StatusOr<SafetensorsFile> f = SafetensorsFile::Read(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const auto bytes_of = [&](const char* name, StDType t, std::vector<int64_t> shape) {
+    const SafetensorsFile::Entry* e = f->Find(name, t, shape).value();
+    return std::string(reinterpret_cast<const char*>(f->data(*e)), e->bytes);
+  };
+  const auto raw = [](const auto& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  EXPECT_EQ(bytes_of("f64", StDType::kF64, {2}), raw(f64));
+  EXPECT_EQ(bytes_of("i64", StDType::kI64, {2, 1}), raw(i64));
+  EXPECT_EQ(bytes_of("u8", StDType::kU8, {3}), raw(u8));
+  EXPECT_EQ(bytes_of("bf16", StDType::kBF16, {2}), raw(half));
+  EXPECT_EQ(bytes_of("f16", StDType::kF16, {1, 2}), raw(half));
+}
+
+TEST_F(SafetensorsTest, WriteFailures_AreInternalNamingThePath) {
+  const std::vector<float> w(2, 1.0f);
+  Status s =
+      WriteSafetensors(dir_ + "/no/such/dir/a.safetensors", {{"w", StDType::kF32, {2}, w.data()}});
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find(dir_ + "/no/such/dir/a.safetensors"), std::string::npos)
+      << s.message();
+  s = WriteSafetensors(dir_ + "/dup.safetensors",
+                       {{"w", StDType::kF32, {2}, w.data()}, {"w", StDType::kF32, {2}, w.data()}});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("duplicate"), std::string::npos);
+  if (::geteuid() != 0) {  // root writes into read-only directories
+    ASSERT_EQ(::chmod(dir_.c_str(), 0500), 0);
+    EXPECT_EQ(
+        WriteSafetensors(dir_ + "/ro.safetensors", {{"w", StDType::kF32, {2}, w.data()}}).code(),
+        StatusCode::kInternal);
+    ::chmod(dir_.c_str(), 0700);
+  }
 }
 
 TEST_F(SafetensorsTest, MissingFile_IsNotFound) {

@@ -178,9 +178,19 @@ TEST(Sampler, Blend_FollowsTheWeights) {
 }
 
 TEST(Sampler, BadArguments_AreInvalid) {
-  EXPECT_FALSE(Sampler::Create({}, {}, 0).ok());
-  EXPECT_FALSE(Sampler::Create({10}, {1.0, 2.0}, 0).ok());
-  EXPECT_FALSE(Sampler::Create({0}, {1.0}, 0).ok());
+  const auto error = [](std::vector<int64_t> sizes, std::vector<double> weights) {
+    const Status s = Sampler::Create(std::move(sizes), std::move(weights), 0).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    return s.message();
+  };
+  EXPECT_NE(error({}, {}).find("no data source"), std::string::npos);
+  EXPECT_NE(error({10}, {1.0, 2.0}).find("1 sources but 2 weights"), std::string::npos);
+  EXPECT_NE(error({0}, {1.0}).find("source 0 holds no sequence"), std::string::npos);
+  EXPECT_NE(error({10, 10}, {1.0, 0.0}).find("source 1 has weight 0"), std::string::npos);
+  EXPECT_NE(error({10, 10}, {std::nan(""), 1.0}).find("source 0 has weight nan"),
+            std::string::npos);
+  EXPECT_NE(error({10}, {-1.0}).find("must be > 0"), std::string::npos);
+  EXPECT_NE(error({10}, {INFINITY}).find("source 0 has weight inf"), std::string::npos);
   StatusOr<Sampler> negative = Sampler::Create({10, 10}, {1.0, -1.0}, 0);
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("source 1 has weight"), std::string::npos);
