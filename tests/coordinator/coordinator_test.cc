@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "proto/coordinator_store.pb.h"
 #include "tests/coordinator/fakes.h"
 
 namespace fullband::coordinator {
@@ -649,6 +650,76 @@ TEST_F(CoordinatorRestartTest, Store_KeepsTokenDigestsOnlyInAnOwnerOnlyDirectory
     EXPECT_EQ(bytes.find(token), std::string::npos) << "the token rests in " << e.path();
   }
   EXPECT_GT(files, 3);
+}
+
+TEST_F(CoordinatorRestartTest, CorruptStoreRecords_AreDataLossNamingTheRecord) {
+  const std::string id = StartJob();
+  RunSteps(id, 0, 3);
+  ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
+  coordinator_.reset();
+  // Each damage on its own, undone after: loading must be DATA_LOSS naming what is wrong.
+  std::string state, spec;
+  ASSERT_TRUE(store_
+                  ->Scan("job/" + id + "/",
+                         [&](std::string_view key, std::string_view value) {
+                           (key.ends_with("/state") ? state : spec) = std::string(value);
+                           return OkStatus();
+                         })
+                  .ok());
+  const auto load_with = [&](WriteSet damage, WriteSet repair) {
+    EXPECT_TRUE(store_->WaitDurable(store_->Append(std::move(damage))).ok());
+    StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(
+        CoordinatorOptions(), &clock_, {{LauncherKind::kLocal, &launcher_}}, store_.get());
+    EXPECT_TRUE(store_->WaitDurable(store_->Append(std::move(repair))).ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kDataLoss) << c.status().ToString();
+    return c.status().message();
+  };
+  const std::string state_key = "job/" + id + "/state", spec_key = "job/" + id + "/spec";
+  WriteSet restore;
+  restore.puts = {{state_key, state}, {spec_key, spec}};
+  EXPECT_NE(
+      load_with({{{state_key, "\xff\xff"}}, {}}, restore).find("unreadable record " + state_key),
+      std::string::npos);
+  EXPECT_NE(load_with({{}, {state_key}}, restore).find("job " + id + ": no state record"),
+            std::string::npos);
+  proto::StoredJobState bad_state;
+  ASSERT_TRUE(bad_state.ParseFromString(state));
+  bad_state.set_state(static_cast<proto::JobState>(42));
+  EXPECT_NE(load_with({{{state_key, bad_state.SerializeAsString()}}, {}}, restore)
+                .find("job " + id + ": "),
+            std::string::npos);
+  proto::StoredJobSpec bad_spec;
+  ASSERT_TRUE(bad_spec.ParseFromString(spec));
+  bad_spec.mutable_spec()->mutable_config()->mutable_model()->set_n_kv_heads(3);
+  EXPECT_NE(load_with({{{spec_key, bad_spec.SerializeAsString()}}, {}}, restore).find("n_kv_heads"),
+            std::string::npos);
+  std::string step_key = "step/" + id + "/";  // step 100, big-endian
+  step_key.append(7, '\0');
+  step_key.push_back('d');
+  WriteSet drop;
+  drop.deletes = {step_key};
+  EXPECT_NE(load_with({{{step_key, "\xff\xff"}}, {}}, drop).find("unreadable step record"),
+            std::string::npos);
+  // Restored, it loads.
+  EXPECT_TRUE(Coordinator::Create(CoordinatorOptions(), &clock_,
+                                  {{LauncherKind::kLocal, &launcher_}}, store_.get())
+                  .ok());
+}
+
+TEST_F(CoordinatorRestartTest, StoreOfAnotherFormatVersion_IsDataLoss) {
+  coordinator_.reset();
+  proto::StoreMeta meta;
+  meta.set_magic("fullband-coordinator");
+  meta.set_version(1);
+  WriteSet w;
+  w.puts = {{"meta", meta.SerializeAsString()}};
+  ASSERT_TRUE(store_->WaitDurable(store_->Append(std::move(w))).ok());
+  store_.reset();
+  const Status s = Store::Open(path_.string()).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("store format version 1, this coordinator reads version 2"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWasted) {
