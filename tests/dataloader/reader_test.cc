@@ -142,13 +142,33 @@ TEST_P(CorruptRecord, IsReturnedAsAnErrorAndStopsTheReader) {
 
 INSTANTIATE_TEST_SUITE_P(ReadingThreads, CorruptRecord, ::testing::Values(1, 3));
 
+TEST(BatchReader, VocabularyAndSourceCountMismatches_AreInvalidNamingThem) {
+  auto a = Store("web", 10), b = Store("books", 10);
+  StatusOr<Sampler> one = Sampler::Create({10}, {1.0}, 0);
+  auto reader = BatchReader::Create({a.get(), b.get()}, *one, one->Start(), Options(2, 0));
+  EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reader.status().message().find("2 stores for a sampler of 1 sources"),
+            std::string::npos)
+      << reader.status().message();
+  ReaderOptions small = Options(2, 0);
+  small.vocab_size = 50000;
+  reader = BatchReader::Create({a.get()}, *one, one->Start(), small);
+  EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reader.status().message().find(
+                "web: the store's vocabulary of 100000 ids does not fit model.vocab_size 50000"),
+            std::string::npos)
+      << reader.status().message();
+  reader = BatchReader::Create({a.get()}, *one, SamplerCursor{1, {0, 0}}, Options(2, 0));
+  EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BatchReader, MismatchedSeqLen_IsInvalidNamingTheStore) {
   auto store = Store("web", 10);
   StatusOr<Sampler> sampler = Sampler::Create({10}, {1.0}, 0);
   ReaderOptions o = Options(2, 0);
   o.seq_len = 8;
   auto reader = BatchReader::Create({store.get()}, *sampler, sampler->Start(), o);
-  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(reader.status().message().find("web: the store holds sequences of seq_len 3"),
             std::string::npos);
 }

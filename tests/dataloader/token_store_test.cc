@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -169,7 +170,43 @@ TEST_F(TokenStoreTest, SecondWriter_IsRefused) {
   auto first = TokenStoreWriter::Open(path_, Ident(), "{}");
   ASSERT_TRUE(first.ok());
   auto second = TokenStoreWriter::Open(path_, Ident(), "{}");
-  EXPECT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_NE(second.status().message().find(path_), std::string::npos);
+}
+
+TEST_F(TokenStoreTest, IdOutsideTheVocabularyWithAValidChecksum_IsDataLoss) {
+  WriteStore(10);
+  // A record whose checksum is right but whose ids are not: written by another tokenizer, or
+  // damaged before it was summed.
+  Tamper(5, [](std::string* v) {
+    const uint32_t big = 1u << 30;
+    std::memcpy(v->data() + 4, &big, 4);
+    const size_t ids = v->size() - 8;
+    const uint64_t sum = XXH3_64bits_withSeed(v->data(), ids, 5);
+    std::memcpy(v->data() + ids, &sum, 8);
+  });
+  auto store = RocksDbTokenStore::Open(path_);
+  ASSERT_TRUE(store.ok());
+  std::vector<uint32_t> out(8);
+  const int64_t index = 5;
+  const Status s = (*store)->Read({&index, 1}, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("sequence 5: id 1073741824 >= vocab_size"), std::string::npos)
+      << s.ToString();
+}
+
+TEST_F(TokenStoreTest, StoreWithoutItsMetadataRecord_IsDataLoss) {
+  WriteStore(3);
+  WithRawDb([](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[2]));
+    std::vector<std::string> keys;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) keys.push_back(it->key().ToString());
+    for (const std::string& k : keys)
+      ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[2], k).ok());
+  });
+  const Status s = RocksDbTokenStore::Open(path_).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("metadata record is missing"), std::string::npos) << s.ToString();
 }
 
 TEST_F(TokenStoreTest, CorruptRecord_IsDataLossNamingTheIndex) {
