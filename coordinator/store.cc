@@ -79,7 +79,8 @@ class OwnerOnlyFileSystem final : public rocksdb::FileSystemWrapper {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, bool in_memory) {
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, bool in_memory,
+                                             std::shared_ptr<rocksdb::FileSystem> file_system) {
   std::unique_ptr<Store> store(new Store());
   rocksdb::Options options;
   options.create_if_missing = true;
@@ -96,8 +97,8 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, bool in_mem
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace, ec);
     if (ec) return InternalError("restricting store directory " + dir + ": " + ec.message());
-    store->env_ = rocksdb::NewCompositeEnv(
-        std::make_shared<OwnerOnlyFileSystem>(rocksdb::FileSystem::Default()));
+    if (file_system == nullptr) file_system = rocksdb::FileSystem::Default();
+    store->env_ = rocksdb::NewCompositeEnv(std::make_shared<OwnerOnlyFileSystem>(file_system));
     options.env = store->env_.get();
   }
   rocksdb::DB* db = nullptr;

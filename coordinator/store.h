@@ -24,6 +24,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class FileSystem;
 }  // namespace rocksdb
 
 namespace fullband::coordinator {
@@ -39,7 +40,11 @@ class Store {
   // Opens (creating if missing) the store in `dir`; with `in_memory`, `dir` names a directory
   // of a RocksDB in-memory Env (tests). Writes or checks the "meta" record: DATA_LOSS when it
   // names another format or version, INTERNAL when RocksDB cannot open the directory.
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& dir, bool in_memory = false);
+  // `file_system` (tests): the file system under the store instead of the machine's (a
+  // fault-injecting one); ignored with `in_memory`.
+  static StatusOr<std::unique_ptr<Store>> Open(
+      const std::string& dir, bool in_memory = false,
+      std::shared_ptr<rocksdb::FileSystem> file_system = nullptr);
   ~Store();  // drains the queue (waiters are answered) and closes the database
 
   Store(const Store&) = delete;

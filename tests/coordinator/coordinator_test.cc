@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "proto/coordinator_store.pb.h"
+#include "tests/common/fault_file_system.h"
 #include "tests/coordinator/fakes.h"
 
 namespace fullband::coordinator {
@@ -32,7 +33,7 @@ class CoordinatorTest : public ::testing::Test {
   void Open() {
     coordinator_.reset();
     if (!store_) {
-      StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_, in_memory_);
+      StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_, in_memory_, file_system_);
       ASSERT_TRUE(store.ok()) << store.status().ToString();
       store_ = std::move(*store);
     }
@@ -93,6 +94,7 @@ class CoordinatorTest : public ::testing::Test {
 
   FakeClock clock_;
   FakeLauncher launcher_;
+  std::shared_ptr<rocksdb::FileSystem> file_system_;  // null: the machine's
   int minted_ = 0;
   std::vector<std::string> revoked_;  // jobs whose worker tokens were revoked
   std::vector<std::pair<std::string, std::string>> restored_;  // (job, digest) at load
@@ -720,6 +722,53 @@ TEST_F(CoordinatorRestartTest, StoreOfAnotherFormatVersion_IsDataLoss) {
   EXPECT_NE(s.message().find("store format version 1, this coordinator reads version 2"),
             std::string::npos)
       << s.message();
+}
+
+// Power loss, not a process kill: what was not synced is gone (FaultFileSystem). Every step
+// whose report was acknowledged as durable is still counted after it.
+TEST_F(CoordinatorRestartTest, PowerLoss_KeepsEveryAcknowledgedReport) {
+  auto faults = std::make_shared<testing::FaultFileSystem>();
+  coordinator_.reset();
+  store_.reset();
+  file_system_ = faults;
+  Open();
+  const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 12).ok());
+  for (int64_t s = 0; s < 12; ++s) {
+    ASSERT_TRUE(coordinator_->ReportStep(Report(id, s)).ok());
+    // Acknowledged (the RPC answers) only once durable.
+    ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
+  }
+  faults->StopWrites();  // the power goes
+  coordinator_.reset();
+  store_.reset();
+  faults->DropUnsynced();
+  faults->ResumeWrites();
+  Open();
+  ASSERT_TRUE(coordinator_->GetJob(id).ok()) << "the acknowledged job is gone";
+  EXPECT_EQ(LedgerOf(id).steps, 12);
+  EXPECT_EQ(LedgerOf(id).tokens, 12 * 128);
+  EXPECT_TRUE(coordinator_->ReportStep(Report(id, 11))->duplicate);
+}
+
+TEST_F(CoordinatorRestartTest, FailedStoreWrite_IsUnavailableAndNothingMoreIsAcknowledged) {
+  auto faults = std::make_shared<testing::FaultFileSystem>();
+  coordinator_.reset();
+  store_.reset();
+  file_system_ = faults;
+  Open();
+  const std::string id = StartJob();
+  ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 4).ok());
+  ASSERT_TRUE(coordinator_->ReportStep(Report(id, 0)).ok());
+  ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
+  faults->StopWrites();  // ENOSPC from here on
+  ASSERT_TRUE(coordinator_->ReportStep(Report(id, 1)).ok());
+  const Status s = store_->WaitDurable(store_->LastAppended());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("coordinator store write failed"), std::string::npos);
+  faults->ResumeWrites();  // a failed write is sticky: the memory is ahead of the disk
+  ASSERT_TRUE(coordinator_->ReportStep(Report(id, 2)).ok());
+  EXPECT_EQ(store_->WaitDurable(store_->LastAppended()).code(), StatusCode::kUnavailable);
 }
 
 TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWasted) {
