@@ -13,6 +13,8 @@
 #include <numeric>
 #include <random>
 
+#include "tests/dataloader/raw_store.h"
+
 namespace fullband::dataloader {
 namespace {
 
@@ -52,35 +54,12 @@ class TokenStoreTest : public ::testing::Test {
     ASSERT_TRUE((*w)->Close().ok());
   }
 
-  // Runs `fn` on the store opened as a plain RocksDB database, behind the store's back;
-  // handles are [default, sequences, meta].
   void WithRawDb(const std::function<void(rocksdb::DB*,
                                           const std::vector<rocksdb::ColumnFamilyHandle*>&)>& fn) {
-    rocksdb::Options options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, options}, {"sequences", options}, {"meta", options}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, path_, families, &handles, &db).ok());
-    fn(db, handles);
-    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-    delete db;
+    testing::WithRawDb(path_, fn);
   }
-
-  // Overwrites (or, without `edit`, deletes) a record's value.
   void Tamper(int64_t index, const std::function<void(std::string*)>& edit) {
-    WithRawDb([&](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
-      std::string key(8, '\0');
-      key[7] = static_cast<char>(index);
-      std::string value;
-      if (edit) {
-        ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), handles[1], key, &value).ok());
-        edit(&value);
-        ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], key, value).ok());
-      } else {
-        ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), handles[1], key).ok());
-      }
-    });
+    testing::TamperRecord(path_, index, edit);
   }
 
   // Table files an ingest writes before adding them to the store.

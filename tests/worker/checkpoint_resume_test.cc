@@ -2,7 +2,8 @@
 // and N steps resumed from the checkpoint — every parameter and AdamW moment bitwise, the same
 // per-pass losses — at 1 × 1, DP2 and DP2 with ZeRO-1, with K = 1, 2, 3 and two blended token
 // stores; a checkpoint written at one layout loads at another (reshard); a corrupt newest
-// checkpoint falls back to the one before; one of another model is refused.
+// checkpoint falls back to the one before; one of another model is refused. And the trainer's
+// side of the stores: a corrupt record reaching it ends the run with DATA_LOSS naming it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "checkpoint/sharded.h"
 #include "dataloader/token_store.h"
 #include "tests/common/test_configs.h"
+#include "tests/dataloader/raw_store.h"
 #include "worker/in_process_communicator.h"
 #include "worker/trainer.h"
 
@@ -282,6 +284,29 @@ TEST_F(CheckpointResumeTest, CorruptNewest_FallsBackToThePreviousOne) {
     EXPECT_NE(got[r]->fallback_reason.find("rank 1"), std::string::npos) << got[r]->fallback_reason;
     EXPECT_NE(got[r]->fallback_reason.find(checkpoint::ShardFileName(1)), std::string::npos);
   }
+}
+
+TEST_F(CheckpointResumeTest, CorruptStoreRecord_EndsTheRunWithDataLossNamingIt) {
+  // Every record of store b damaged: the first step that draws from it meets one.
+  dataloader::testing::WithRawDb(
+      b_, [](rocksdb::DB* db, const std::vector<rocksdb::ColumnFamilyHandle*>& handles) {
+        std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[1]));
+        std::vector<std::pair<std::string, std::string>> damaged;
+        for (it->SeekToFirst(); it->Valid(); it->Next()) {
+          std::string v = it->value().ToString();
+          v[9] ^= 4;
+          damaged.emplace_back(it->key().ToString(), v);
+        }
+        ASSERT_EQ(damaged.size(), 200u);
+        for (const auto& [k, v] : damaged) {
+          ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[1], k, v).ok());
+        }
+      });
+  // One rank (a group's other ranks are aborted by the worker: worker_e2e_jobs).
+  const Run r = Train(MakeConfig(1, false, ""), "");
+  EXPECT_NE(r.error.find("DATA_LOSS"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find(b_ + ": sequence "), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("checksum mismatch"), std::string::npos) << r.error;
 }
 
 TEST_F(CheckpointResumeTest, AnotherModelOrDataSeed_IsRefusedByName) {
