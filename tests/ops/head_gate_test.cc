@@ -80,6 +80,11 @@ TEST_P(HeadGateTest, Forward_BTHDhLayout_MatchesReference) {
   }
 }
 
+// The paper's 1B model: 16 heads of Dh = 96.
+TEST_P(HeadGateTest, Forward_OneBillionConfigHeads_MatchesReference) {
+  CheckForward(Case{1, 9, 16, 96}, /*rank4=*/true, /*alias=*/false);
+}
+
 TEST_P(HeadGateTest, Forward_NHDhLayout_MatchesReference) {
   for (const Case& c : {Case{1, 7, 4, 10}, Case{3, 11, 2, 8}}) {
     CheckForward(c, /*rank4=*/false, /*alias=*/false);

@@ -64,6 +64,11 @@ TEST_P(RopeTest, Forward_VariousShapes_MatchesReference) {
   }
 }
 
+// The paper's 1B model: 16 query heads of Dh = 96, theta 10000, over 65 positions.
+TEST_P(RopeTest, Forward_OneBillionConfigHeads_MatchesReference) {
+  CheckForward(Case{1, 65, 16, 96, 10000.0f}, /*alias=*/false, kTol);
+}
+
 TEST_P(RopeTest, Forward_OutAliasesX_MatchesReference) {
   for (const Case& c : {Case{2, 7, 3, 10, 10000.0f}, Case{1, 33, 2, 16, 10000.0f}}) {
     CheckForward(c, /*alias=*/true, kTol);

@@ -68,6 +68,11 @@ TEST_P(SwiGluTest, Forward_VariousShapes_MatchesReference) {
   }
 }
 
+// The paper's 1B model: F = 6656 per token (Appendix A).
+TEST_P(SwiGluTest, Forward_OneBillionConfigWidth_MatchesReference) {
+  CheckForward(3, 6656, Normal(3 * 6656, 2.0f));
+}
+
 TEST_P(SwiGluTest, Forward_SaturatedGates_StaysFiniteAndMatchesReference) {
   CheckForward(3, 22, ExtremeGates(66));
 }
