@@ -161,10 +161,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>&
   uint64_t at = 8 + header_len;
   for (size_t i = 0; i < tensors.size() && s.ok(); ++i) {
     s = WriteHashed(fd, tensors[i].data, sizes[i], file_state, tmp);
-    if (written != nullptr) {
-      written->tensor_xxh64.push_back(XXH64(tensors[i].data, sizes[i], 0));
-      written->tensor_offset.push_back(at);
-    }
+    if (written != nullptr) written->tensor_xxh64.push_back(XXH64(tensors[i].data, sizes[i], 0));
     at += sizes[i];
   }
   if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);

@@ -39,7 +39,6 @@ struct StWritten {
   uint64_t header_bytes = 0;  // 8 + N
   uint64_t header_xxh64 = 0;
   std::vector<uint64_t> tensor_xxh64;
-  std::vector<uint64_t> tensor_offset;  // of each tensor's bytes, from the start of the file
 };
 
 // `written` (optional) receives the hashes, computed from the bytes as they are written.

@@ -211,10 +211,11 @@ StatusOr<std::string> CommitShards(const std::string& root, const std::string& t
     FB_ASSIGN_OR_RETURN(ShardFile f, ParseShardFile(*text, path));
     m.files.push_back(std::move(f));
   }
-  // What Parse will check of the result, checked before it is committed.
-  FB_RETURN_IF_ERROR(Manifest::Parse(m.ToJson(), temp_dir + "/" + kManifestName).status());
+  // What a reader will check of the result, checked before it is committed.
+  const std::string json = m.ToJson();
+  FB_RETURN_IF_ERROR(Manifest::Parse(json, temp_dir + "/" + kManifestName).status());
   FB_RETURN_IF_ERROR(CheckCoverage(m, temp_dir));
-  FB_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + kManifestName, m.ToJson()));
+  FB_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + kManifestName, json));
   for (int r = 0; r < ranks; ++r) ::unlink((temp_dir + "/" + RecordName(r)).c_str());
   FB_RETURN_IF_ERROR(FsyncDirectory(temp_dir));
 

@@ -54,7 +54,6 @@ class Checkpointer {
   ~Checkpointer();  // waits for a write in flight; it is not committed
 
   bool enabled() const { return !options_.root.empty(); }
-  const std::string& root() const { return options_.root; }
   // Whether the state after `steps_done` steps is saved: every every_steps, and at the end.
   bool Due(int64_t steps_done, int64_t total_steps) const;
 
@@ -68,8 +67,6 @@ class Checkpointer {
   void Abandon();
   // How long the last Save paused the step (the snapshot), in seconds.
   double last_stall_seconds() const { return stall_seconds_; }
-  int64_t write_begin() const { return begin_; }
-  int64_t write_end() const { return end_; }
 
   // Loads the checkpoint directory `dir` into the model and optimizer — every hash and shape is
   // checked before either is touched — and returns its training state. This rank reads only the

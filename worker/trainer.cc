@@ -370,10 +370,10 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step,
                                   const std::string& resume) {
   FB_RETURN_IF_ERROR(config.Validate());
-  FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, CreateRuntimeBackend(config.runtime));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(config, backend.get(), comm, config.checkpoint.dir));
+  const StepPlan& plan = trainer->plan();
   const Layout& layout = trainer->layout();
   int64_t first_step = 0;
   std::optional<dataloader::SamplerCursor> cursor;
@@ -404,7 +404,7 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                  << RecomputeName(config.runtime.recompute) << ", activations "
                  << m.activation_bytes() / (1 << 20) << " MiB";
   }
-  LocalStepSource steps(std::move(plan), first_step);
+  LocalStepSource steps(plan, first_step);
   FB_ASSIGN_OR_RETURN(TrainSummary summary, trainer->Run(steps, *data, on_step));
   FB_RETURN_IF_ERROR(trainer->SaveIfAsked());
   return summary;

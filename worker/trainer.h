@@ -117,7 +117,7 @@ class Trainer {
   Model& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   const Layout& layout() const { return layout_; }
-  Checkpointer& checkpointer() { return *checkpointer_; }
+  const StepPlan& plan() const { return *plan_; }
 
  private:
   Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
