@@ -1,11 +1,11 @@
-// bench/checkpoint_bench: sharded checkpoints of the README demo's model (V=100352 D=256 L=4,
-// 26.5M parameters: 318 MB of parameters and AdamW moments), each against a baseline measured
-// in the same round, median over --reps rounds; prints one JSON line.
+// bench/checkpoint_bench: sharded checkpoints of the README demo's model (scripts/demo/train.yaml:
+// V=100352 D=256 L=4, 26.5M parameters: 345 MB of parameters and AdamW moments), each against a
+// baseline measured in the same round, median over --reps rounds; prints one JSON line.
 //   save:  Save → every shard written and fsynced, manifest, rename, fsync (one rank), against
 //          `dd if=/dev/zero bs=4M conv=fdatasync` of as many bytes into the same directory;
 //   stall: the step's pause for a save (the snapshot into host buffers) against one memcpy of
 //          the rank's state into a buffer already touched, and against the model's K=1 step
-//          (B=8, T=256) — the pause as a fraction of a small-config step;
+//          (the demo's B and T) — the pause as a fraction of a small-config step;
 //   load:  Restore of a one-rank checkpoint at one rank (files in the page cache), and of the
 //          same state written by a DP2 + ZeRO-1 group (reshard) against it.
 // Flags: --dir DIR (default: a new directory under the working directory; not /tmp, which may
@@ -20,6 +20,7 @@
 
 #include "bench/bench_util.h"
 #include "cli/flags.h"
+#include "common/config.h"
 #include "common/random.h"
 #include "worker/checkpointer.h"
 #include "worker/in_process_communicator.h"
@@ -32,19 +33,15 @@ namespace {
 namespace fs = std::filesystem;
 using worker::Checkpointer;
 
-ModelConfig DemoModel() {
-  ModelConfig m;
-  m.vocab_size = 100352;
-  m.d_model = 256;
-  m.n_layers = 4;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 64;
-  m.ffn_dim = 704;
-  m.max_seq_len = 256;
-  m.window = 128;
-  m.full_attention_every = 2;
-  return m;
+// The README demo's config (scripts/demo/train.yaml): its model, batch and sequence length.
+Config DemoConfig() {
+  StatusOr<Config> c =
+      LoadConfigFile(std::string(FULLBAND_SOURCE_DIR) + "/scripts/demo/train.yaml");
+  if (!c.ok()) {
+    std::fprintf(stderr, "checkpoint_bench: %s\n", c.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *c;
 }
 
 // One rank's model, optimizer (moments filled) and checkpointer over `comm`.
@@ -55,17 +52,17 @@ struct Rank {
   std::unique_ptr<Checkpointer> checkpointer;
 };
 
-Rank MakeRank(worker::Communicator* comm, int dp, bool zero1, const std::string& root,
-              int threads) {
+Rank MakeRank(const Config& config, worker::Communicator* comm, int dp, bool zero1,
+              const std::string& root, int threads) {
   Rank r;
   ops::BackendOptions bo;
   bo.num_threads = threads;
   r.backend = ops::CreateBackend(bo).value();
   worker::ModelShape shape;
-  shape.max_batch = 8;
-  shape.max_seq = 256;
+  shape.max_batch = config.data.batch_size;
+  shape.max_seq = config.data.seq_len;
   if (zero1) shape.param_multiple = 16 * dp;
-  r.model = worker::Model::Create(DemoModel(), shape, r.backend.get()).value();
+  r.model = worker::Model::Create(config.model, shape, r.backend.get()).value();
   r.model->InitParameters(1);
   const int64_t total = r.model->params().numel();
   const int64_t begin = zero1 ? total / dp * comm->rank() : 0;
@@ -110,16 +107,18 @@ double DdSeconds(const std::string& dir, uint64_t bytes) {
   return s;
 }
 
-// The model's K=1 training step on random tokens (B=8, T=256): forward, backward, AdamW.
-double StepSeconds(Rank& r) {
-  std::vector<int32_t> tokens(8 * 257);
+// The model's K=1 training step on random tokens at the config's B and T: forward, backward,
+// AdamW.
+double StepSeconds(const Config& config, Rank& r) {
+  const int64_t b = config.data.batch_size, t = config.data.seq_len;
+  std::vector<int32_t> tokens(b * (t + 1));
   Rng rng(3);
-  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.Next() % 100000);
+  for (int32_t& id : tokens) id = static_cast<int32_t>(rng.Next() % config.model.vocab_size);
   worker::StepOptions o;
   return MedianSeconds(
       [&] {
         r.model->ZeroGradients();
-        (void)r.model->Step(tokens.data(), 8, 256, o).value();
+        (void)r.model->Step(tokens.data(), b, t, o).value();
         r.optimizer->Step(r.model->params(), r.model->grads(), 10, 1000);
         r.backend->Synchronize();
       },
@@ -135,12 +134,14 @@ int Main(const std::vector<std::string>& args) {
   fs::create_directories(dir);
   std::vector<std::unique_ptr<worker::Communicator>> one =
       worker::InProcessCommunicator::CreateGroup(1);
-  Rank r = MakeRank(one[0].get(), 1, false, dir + "/one", threads);
+  const Config config = DemoConfig();
+  Rank r = MakeRank(config, one[0].get(), 1, false, dir + "/one", threads);
   const size_t state_floats = static_cast<size_t>(r.model->table().total_numel()) * 3;
   std::vector<float> copy(state_floats, 1.0f);  // touched: the memcpy baseline pays no faults
 
   std::vector<double> save, dd, stall, memcpy_s, load;
   uint64_t bytes = 0;
+  std::string last;                              // the newest one-rank checkpoint
   for (int round = 0; round <= reps; ++round) {  // round 0 warms up
     const int64_t step = 100 + round;
     const double d = DdSeconds(dir, bytes > 0 ? bytes : state_floats * sizeof(float));
@@ -152,6 +153,7 @@ int Main(const std::vector<std::string>& args) {
       }
     });
     const std::string path = dir + "/one/step-" + std::to_string(step);
+    last = path;
     bytes = DirBytes(path);
     const float* p = r.model->params().f32();
     const size_t n = state_floats / 3;
@@ -168,7 +170,7 @@ int Main(const std::vector<std::string>& args) {
     memcpy_s.push_back(m);
     load.push_back(l);
   }
-  const double step_s = StepSeconds(r);
+  const double step_s = StepSeconds(config, r);
 
   // Reshard: the same model saved by a DP2 + ZeRO-1 group (threads), loaded at one rank.
   std::vector<std::unique_ptr<worker::Communicator>> two =
@@ -176,7 +178,7 @@ int Main(const std::vector<std::string>& args) {
   std::vector<std::thread> ranks;
   for (int i = 0; i < 2; ++i) {
     ranks.emplace_back([&, i] {
-      Rank z = MakeRank(two[i].get(), 2, true, dir + "/z", 1);
+      Rank z = MakeRank(config, two[i].get(), 2, true, dir + "/z", 1);
       if (!z.checkpointer->Save(StateAt(1, 2, true), nullptr).ok() ||
           !z.checkpointer->Poll(true, nullptr).ok()) {
         std::fprintf(stderr, "checkpoint_bench: DP2 save failed\n");
@@ -187,7 +189,7 @@ int Main(const std::vector<std::string>& args) {
   std::vector<double> reshard, same;
   for (int round = 0; round <= reps; ++round) {
     const double a = Seconds([&] { (void)r.checkpointer->Restore(dir + "/z/step-1").value(); });
-    const double b = Seconds([&] { (void)r.checkpointer->Restore(dir + "/one/step-103").value(); });
+    const double b = Seconds([&] { (void)r.checkpointer->Restore(last).value(); });
     if (round == 0) continue;
     reshard.push_back(a);
     same.push_back(b);
