@@ -724,14 +724,19 @@ TEST_F(CoordinatorRestartTest, StoreOfAnotherFormatVersion_IsDataLoss) {
       << s.message();
 }
 
+// The restart fixture with its store on a FaultFileSystem.
+class CoordinatorFaultTest : public CoordinatorRestartTest {
+ protected:
+  void SetUp() override {
+    file_system_ = faults_;
+    CoordinatorRestartTest::SetUp();
+  }
+  std::shared_ptr<testing::FaultFileSystem> faults_ = std::make_shared<testing::FaultFileSystem>();
+};
+
 // Power loss, not a process kill: what was not synced is gone (FaultFileSystem). Every step
 // whose report was acknowledged as durable is still counted after it.
-TEST_F(CoordinatorRestartTest, PowerLoss_KeepsEveryAcknowledgedReport) {
-  auto faults = std::make_shared<testing::FaultFileSystem>();
-  coordinator_.reset();
-  store_.reset();
-  file_system_ = faults;
-  Open();
+TEST_F(CoordinatorFaultTest, PowerLoss_KeepsEveryAcknowledgedReport) {
   const std::string id = StartJob();
   ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 12).ok());
   for (int64_t s = 0; s < 12; ++s) {
@@ -739,11 +744,11 @@ TEST_F(CoordinatorRestartTest, PowerLoss_KeepsEveryAcknowledgedReport) {
     // Acknowledged (the RPC answers) only once durable.
     ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
   }
-  faults->StopWrites();  // the power goes
+  faults_->StopWrites();  // the power goes
   coordinator_.reset();
   store_.reset();
-  faults->DropUnsynced();
-  faults->ResumeWrites();
+  faults_->DropUnsynced();
+  faults_->ResumeWrites();
   Open();
   ASSERT_TRUE(coordinator_->GetJob(id).ok()) << "the acknowledged job is gone";
   EXPECT_EQ(LedgerOf(id).steps, 12);
@@ -751,22 +756,17 @@ TEST_F(CoordinatorRestartTest, PowerLoss_KeepsEveryAcknowledgedReport) {
   EXPECT_TRUE(coordinator_->ReportStep(Report(id, 11))->duplicate);
 }
 
-TEST_F(CoordinatorRestartTest, FailedStoreWrite_IsUnavailableAndNothingMoreIsAcknowledged) {
-  auto faults = std::make_shared<testing::FaultFileSystem>();
-  coordinator_.reset();
-  store_.reset();
-  file_system_ = faults;
-  Open();
+TEST_F(CoordinatorFaultTest, FailedStoreWrite_IsUnavailableAndNothingMoreIsAcknowledged) {
   const std::string id = StartJob();
   ASSERT_TRUE(coordinator_->LeaseBatches(id, 7, 0, 4).ok());
   ASSERT_TRUE(coordinator_->ReportStep(Report(id, 0)).ok());
   ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
-  faults->StopWrites();  // ENOSPC from here on
+  faults_->StopWrites();  // ENOSPC from here on
   ASSERT_TRUE(coordinator_->ReportStep(Report(id, 1)).ok());
   const Status s = store_->WaitDurable(store_->LastAppended());
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
   EXPECT_NE(s.message().find("coordinator store write failed"), std::string::npos);
-  faults->ResumeWrites();  // a failed write is sticky: the memory is ahead of the disk
+  faults_->ResumeWrites();  // a failed write is sticky: the memory is ahead of the disk
   ASSERT_TRUE(coordinator_->ReportStep(Report(id, 2)).ok());
   EXPECT_EQ(store_->WaitDurable(store_->LastAppended()).code(), StatusCode::kUnavailable);
 }
