@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
+
+#include "common/file_util.h"
 
 namespace fullband {
 namespace {
@@ -687,11 +688,8 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
 }
 
 StatusOr<Config> LoadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read config file " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseConfig(text.str(), path);
+  FB_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  return ParseConfig(text, path);
 }
 
 std::string ConfigToYaml(const Config& config) {

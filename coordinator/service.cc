@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/logging.h"
 #include "coordinator/job_metrics.h"
 #include "coordinator/local_launcher.h"
@@ -146,11 +146,8 @@ StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_vi
 }
 
 StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read coordinator config " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseServiceConfig(text.str(), path);
+  FB_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  return ParseServiceConfig(text, path);
 }
 
 std::string DialableHost(const std::string& listen) {
