@@ -9,16 +9,14 @@
 #include <cstring>
 #include <fstream>
 
+#include "tests/common/temp_dir.h"
+
 namespace fullband::checkpoint {
 namespace {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fullband_st_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
+  void SetUp() override { dir_ = fullband::testing::MakeTempDir("fullband_st_"); }
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
 
   // Writes raw bytes: an 8-byte header length, the header text, then `data`.

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "common/file_util.h"
+#include "tests/common/temp_dir.h"
 
 namespace fullband::checkpoint {
 namespace {
@@ -77,11 +78,7 @@ TrainingState SomeState(int64_t step) {
 
 class ShardedTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fullband_ck_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
+  void SetUp() override { root_ = fullband::testing::MakeTempDir("fullband_ck_"); }
   void TearDown() override { fs::remove_all(root_); }
 
   // Writes a checkpoint of `step` in which rank r holds pieces[r] of the matrix (and rank 0

@@ -9,7 +9,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/common/temp_dir.h"
+
 namespace fullband::dataloader::testing {
+
+using fullband::testing::MakeTempDir;
+
 namespace {
 
 std::string ScriptPath() {
@@ -41,12 +46,6 @@ const Tokenizer& DefaultTokenizer() {
     return new Tokenizer(std::move(t).value());
   }();
   return *tokenizer;
-}
-
-std::string MakeTempDir() {
-  std::string pattern = ::testing::TempDir() + "tokenizer_XXXXXX";
-  FB_CHECK(mkdtemp(pattern.data()) != nullptr) << "mkdtemp " << pattern;
-  return pattern;
 }
 
 StatusOr<std::string> ReadFileBytes(const std::string& path) {

@@ -39,7 +39,4 @@ const Tokenizer& DefaultTokenizer();
 // A file's bytes (NOT_FOUND naming it when it cannot be read).
 StatusOr<std::string> ReadFileBytes(const std::string& path);
 
-// A fresh directory under the test's temporary directory.
-std::string MakeTempDir();
-
 }  // namespace fullband::dataloader::testing

@@ -8,12 +8,13 @@
 
 #include "dataloader/tokenizer.h"
 #include "dataloader/utf8.h"
+#include "tests/common/temp_dir.h"
 #include "tests/dataloader/tiktoken_reference.h"
 
 namespace fullband::dataloader {
 namespace {
 
-using testing::MakeTempDir;
+using fullband::testing::MakeTempDir;
 using testing::ReadFileBytes;
 using testing::ReferenceCase;
 using testing::TiktokenIds;

@@ -14,12 +14,13 @@
 
 #include "dataloader/unicode_classes.h"
 #include "dataloader/utf8.h"
+#include "tests/common/temp_dir.h"
 #include "tests/dataloader/tiktoken_reference.h"
 
 namespace fullband::dataloader {
 namespace {
 
-using testing::MakeTempDir;
+using fullband::testing::MakeTempDir;
 using testing::ReadFileBytes;
 
 class TokenizerTest : public ::testing::Test {

@@ -14,6 +14,7 @@
 
 #include "common/random.h"
 #include "common/step_plan.h"
+#include "tests/common/temp_dir.h"
 #include "tests/common/test_configs.h"
 #include "worker/in_process_communicator.h"
 #include "worker/trainer.h"
@@ -24,7 +25,7 @@ namespace {
 // Random token ids with an EOD about every 40 tokens, as a token file.
 std::string TokenFile() {
   static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "/dp_tokens.bin";
+    const std::string p = fullband::testing::ProcessTempDir() + "/dp_tokens.bin";
     Rng rng(7);
     std::vector<uint32_t> ids(1 << 16);
     for (uint32_t& id : ids) id = rng.Below(40) == 0 ? 256 : static_cast<uint32_t>(rng.Below(256));

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "checkpoint/safetensors.h"
+#include "tests/common/temp_dir.h"
 
 namespace fullband::worker {
 namespace {
@@ -204,7 +205,7 @@ TEST(Model, LoadParameters_ForeignOrMisshapedTensors_AreRefusedByName) {
   ModelConfig cfg = SmallConfig();
   auto model = Model::Create(cfg, {1, 4, 1, Recompute::kNone}, backend.get()).value();
   model->InitParameters(1);
-  const std::string path = ::testing::TempDir() + "/fullband_model_test.safetensors";
+  const std::string path = fullband::testing::ProcessTempDir() + "/fullband_model_test.safetensors";
   ASSERT_TRUE(model->SaveParameters(path).ok());
   ASSERT_TRUE(model->LoadParameters(path).ok());
   cfg.ffn_dim = 48;  // same keys, other shapes

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "dataloader/token_store.h"
+#include "tests/common/temp_dir.h"
 #include "worker/in_process_communicator.h"
 #include "worker/optimizer.h"
 #include "worker/token_file.h"
@@ -37,7 +38,7 @@ TEST(LearningRate, WarmupStableDecay) {
 }
 
 std::string WriteTokens(const std::vector<uint32_t>& ids, const std::string& name) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = fullband::testing::ProcessTempDir() + "/" + name;
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(ids.data()), ids.size() * 4);
   return path;
@@ -46,7 +47,7 @@ std::string WriteTokens(const std::vector<uint32_t>& ids, const std::string& nam
 TEST(TokenFile, BadFiles_AreRefusedWithTheReason) {
   EXPECT_EQ(TokenFile::Open("/nonexistent/tokens.bin", 10, 4).status().code(),
             StatusCode::kNotFound);
-  const std::string odd = ::testing::TempDir() + "/odd.bin";
+  const std::string odd = fullband::testing::ProcessTempDir() + "/odd.bin";
   std::ofstream(odd, std::ios::binary) << "abcdefg";
   EXPECT_EQ(TokenFile::Open(odd, 10, 1).status().code(), StatusCode::kDataLoss);
   const Status big = TokenFile::Open(WriteTokens({1, 2, 30, 4, 5}, "big.bin"), 10, 2).status();
@@ -164,7 +165,7 @@ std::string LicenseStore(const std::string& name) {
   std::vector<uint32_t> ids;
   uint32_t id;
   while (in.read(reinterpret_cast<char*>(&id), 4)) ids.push_back(id);
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = fullband::testing::ProcessTempDir() + "/" + name;
   std::filesystem::remove_all(path);
   auto w = dataloader::TokenStoreWriter::Open(path, {"bytes", "-", 257, 64}, "{}");
   EXPECT_TRUE(w.ok()) << w.status().ToString();
