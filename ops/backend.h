@@ -25,6 +25,12 @@
 
 namespace fullband::ops {
 
+// An embedding id or cross-entropy target that names a row of another rank's vocabulary shard
+// (tensor parallelism, docs/PARALLEL.md): the embedding gives it a zero row and no gradient;
+// cross-entropy counts its row with the log-sum-exp of the local logits, loss 0, and a gradient
+// without the one-hot term. The caller combines the shards' rows.
+constexpr int32_t kOtherShard = INT32_MIN;
+
 struct AttentionOptions {
   // 0: plain causal attention. W > 0: query t sees key s only when t - W < s <= t
   // (DESIGN Appendix A: "s <= t - W masked").
@@ -78,7 +84,8 @@ class Backend {
     Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
   }
 
-  // ---- Embedding. out[n] = table[ids[n]].  out (N, D), table (V, D), ids (N) i32 in [0, V).
+  // ---- Embedding. out[n] = table[ids[n]].  out (N, D), table (V, D), ids (N) i32 in [0, V)
+  // or kOtherShard (a zero row, no gradient).
   virtual void EmbeddingForward(Tensor out, Tensor table, Tensor ids) = 0;
   // dtable[ids[n]] += dout[n] (a parameter gradient: accumulates, repeated ids add up).
   virtual void EmbeddingBackward(Tensor dtable, Tensor dout, Tensor ids) = 0;
@@ -142,12 +149,15 @@ class Backend {
   // chunks of rows so that (B·T, V) logits never exist at once. Row i starts at element i·ld
   // (ld ≥ V; the readout pads it, Note [Logits pitch] in ops/readout_loss.cc). targets (N) i32;
   // rows whose target == ignore_id are not counted. Writes lse (N) and loss (N) =
-  // lse - logits[target] (0 for ignored rows). The z-loss term of a row is lse².
+  // lse - logits[target] (0 for ignored rows and for targets kOtherShard). The z-loss term of a
+  // row is lse².
   virtual void CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int64_t ld,
                                    Tensor targets, int32_t ignore_id) = 0;
   // dlogits (N, V), rows ld apart like logits, overwritten, may alias logits: for counted rows
   // with p = softmax(logits),
-  //   dlogits = ce_scale · (p - onehot(target)) + z_scale · 2 · lse · p;  ignored rows get 0.
+  //   dlogits = ce_scale · (p - onehot(target)) + z_scale · 2 · lse · p;  ignored rows get 0,
+  // rows whose target is kOtherShard no one-hot term (p then uses the given lse: the global
+  // one, for a vocabulary shard).
   virtual void CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld, Tensor lse,
                                     Tensor targets, float ce_scale, float z_scale,
                                     int32_t ignore_id) = 0;

@@ -21,7 +21,7 @@ int64_t LogitsPitch(int64_t v) {
 ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Tensor targets,
                                     const int32_t* host_targets, int32_t ignore_id,
                                     const ReadoutBuffers& buffers, float ce_scale, float z_scale,
-                                    Tensor dh, Tensor dembed) {
+                                    Tensor dh, Tensor dembed, const CombineRows& combine) {
   FB_CHECK(h.rank() == 2 && embed.rank() == 2 && h.dim(1) == embed.dim(1))
       << h.ToString() << " " << embed.ToString();
   const int64_t n = h.dim(0), d = h.dim(1), v = embed.dim(0);
@@ -48,6 +48,7 @@ ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Te
     backend.Gemm(false, true, rows, v, d, 1.0f, hc.f32(), d, embed.f32(), d, 0.0f, logits.f32(),
                  ld);
     backend.CrossEntropyForward(lc, sc, logits, ld, tc, ignore_id);
+    if (combine) combine(lc, sc, r0);
     if (!backward) continue;
     backend.CrossEntropyBackward(logits, logits, ld, sc, tc, ce_scale, z_scale, ignore_id);
     // dh_chunk = dlogits E   (rows, D);   dE += dlogitsᵀ h_chunk   (V, D)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "ops/backend.h"
 
@@ -35,9 +36,19 @@ struct ReadoutBuffers {
 // The row pitch for a vocabulary of v: Note [Logits pitch] in readout_loss.cc.
 int64_t LogitsPitch(int64_t v);
 
+//
+// A vocabulary shard (tensor parallelism, docs/PARALLEL.md): `embed` holds this rank's rows of
+// the table and a target held by another shard is kOtherShard (ops/backend.h). `combine`,
+// called for each chunk after its local forward and before its backward with the chunk's
+// per-row loss and lse (rows from `first_row`), replaces them with the global values (the
+// log-sum-exp over every shard; the loss of a row whose target is here, 0 elsewhere). Then
+// ce_sum is this shard's part (the caller sums it over the shards), z_sum the global value, and
+// dh this shard's part of the gradient (summed over the shards by the caller).
+using CombineRows = std::function<void(Tensor loss, Tensor lse, int64_t first_row)>;
+
 ReadoutLossSums ReadoutCrossEntropy(Backend& backend, Tensor h, Tensor embed, Tensor targets,
                                     const int32_t* host_targets, int32_t ignore_id,
                                     const ReadoutBuffers& buffers, float ce_scale, float z_scale,
-                                    Tensor dh, Tensor dembed);
+                                    Tensor dh, Tensor dembed, const CombineRows& combine = nullptr);
 
 }  // namespace fullband::ops

@@ -16,10 +16,17 @@ namespace ck = checkpoint;
 constexpr char kMomentM[] = "optim.m.";
 constexpr char kMomentV[] = "optim.v.";
 
+// This rank's box of `spec`'s whole tensor (all of it unless tensor parallelism splits it).
+ck::TensorSlice BoxOf(const ParamSpec& spec) {
+  ck::TensorSlice s = ck::WholeTensor(spec.shape);
+  s.offset = spec.box_offset;
+  return s;
+}
+
 // The part of `spec` in the arena range [begin, end), as a slice of the whole tensor (empty
 // range when they do not meet).
 ck::TensorSlice SliceIn(const ParamSpec& spec, int64_t begin, int64_t end) {
-  ck::TensorSlice s = ck::WholeTensor(spec.shape);
+  ck::TensorSlice s = BoxOf(spec);
   s.begin = std::clamp(begin - spec.offset, int64_t{0}, spec.numel);
   s.end = std::clamp(end - spec.offset, s.begin, spec.numel);
   return s;
@@ -29,7 +36,7 @@ std::map<std::string, ck::GlobalTensor> GlobalTensors(const ParameterTable& tabl
   std::map<std::string, ck::GlobalTensor> out;
   for (const ParamSpec& spec : table.specs()) {
     for (const std::string prefix : {"", kMomentM, kMomentV}) {
-      out[prefix + spec.name] = {ck::StDType::kF32, spec.shape};
+      out[prefix + spec.name] = {ck::StDType::kF32, spec.global_shape};
     }
   }
   return out;
@@ -105,13 +112,16 @@ bool Checkpointer::Due(int64_t steps_done, int64_t total_steps) const {
 
 std::vector<ck::PieceRef> Checkpointer::Pieces() const {
   std::vector<ck::PieceRef> out;
-  for (const ParamSpec& spec : model_->table().specs()) {
+  const ParameterTable& table = model_->table();
+  for (const ParamSpec& spec : table.specs()) {
+    // A replicated parameter is written by the ranks of tensor-parallel rank 0 only.
+    if (spec.split == TpSplit::kReplicated && table.tp_rank() != 0) continue;
     const ck::TensorSlice s = SliceIn(spec, begin_, end_);
     if (s.numel() == 0) continue;
     const size_t at = static_cast<size_t>(spec.offset + s.begin - begin_);
-    out.push_back({spec.name, spec.shape, s, params_.data() + at});
-    out.push_back({kMomentM + spec.name, spec.shape, s, m_.data() + at});
-    out.push_back({kMomentV + spec.name, spec.shape, s, v_.data() + at});
+    out.push_back({spec.name, spec.global_shape, s, params_.data() + at});
+    out.push_back({kMomentM + spec.name, spec.global_shape, s, m_.data() + at});
+    out.push_back({kMomentV + spec.name, spec.global_shape, s, v_.data() + at});
   }
   return out;
 }
@@ -192,8 +202,7 @@ StatusOr<ck::TrainingState> Checkpointer::Restore(const std::string& dir) {
   const int64_t mb = optimizer_->begin(), me = optimizer_->end();
   std::vector<float> m(static_cast<size_t>(me - mb)), v(m.size());
   for (const ParamSpec& spec : table.specs()) {
-    FB_RETURN_IF_ERROR(
-        reader->Read(spec.name, ck::WholeTensor(spec.shape), params.data() + spec.offset));
+    FB_RETURN_IF_ERROR(reader->Read(spec.name, BoxOf(spec), params.data() + spec.offset));
     const ck::TensorSlice s = SliceIn(spec, mb, me);
     if (s.numel() == 0) continue;
     const size_t at = static_cast<size_t>(spec.offset + s.begin - mb);

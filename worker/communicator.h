@@ -67,6 +67,13 @@ class Communicator {
   virtual std::unique_ptr<Work> BroadcastAsync(void* data, int64_t bytes, int root) = 0;
   virtual std::unique_ptr<Work> BarrierAsync() = 0;
 
+  // A new group of the ranks that pass the same `color` (>= 0), ranked by `key`, ties by rank
+  // (MPI_Comm_split): how the tensor- and data-parallel groups are cut from the world
+  // (docs/PARALLEL.md). Collective: every rank calls it, in the same order as its other
+  // collectives, and it waits for them at most timeout(). The new group has its own order of
+  // collectives and the same timeout.
+  [[nodiscard]] virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
+
   // Blocking forms: the collective, waited for timeout().
   [[nodiscard]] Status AllReduce(void* data, int64_t count, CommType type, ReduceOp op);
   [[nodiscard]] Status ReduceScatter(const void* in, void* out, int64_t count, CommType type,

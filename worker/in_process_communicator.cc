@@ -116,6 +116,9 @@ struct InProcessCommunicator::Group {
   std::mutex mu;
   std::condition_variable done;
   std::map<int64_t, Slot> slots;  // by sequence number, while incomplete or not yet waited for
+  // The groups Split made, by (sequence number of the split, color): the first member to get
+  // there creates one, the others join it.
+  std::map<std::pair<int64_t, int>, std::shared_ptr<Group>> children;
 };
 
 namespace {
@@ -205,5 +208,31 @@ std::unique_ptr<Work> InProcessCommunicator::BroadcastAsync(void* data, int64_t 
 }
 
 std::unique_ptr<Work> InProcessCommunicator::BarrierAsync() { return Submit({}); }
+
+StatusOr<std::unique_ptr<Communicator>> InProcessCommunicator::Split(int color, int key) {
+  FB_CHECK(color >= 0) << "color " << color;
+  const int64_t split = sequence_;
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * size());
+  FB_RETURN_IF_ERROR(AllGather(mine, all.data(), 2, CommType::kI64));
+  std::vector<std::pair<int64_t, int>> members;  // (key, rank) of the ranks of this color
+  for (int r = 0; r < size(); ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  const int new_rank = static_cast<int>(
+      std::find(members.begin(), members.end(), std::make_pair<int64_t, int>(key, rank())) -
+      members.begin());
+  std::shared_ptr<Group> child;
+  {
+    std::lock_guard<std::mutex> lock(group_->mu);
+    std::shared_ptr<Group>& slot = group_->children[{split, color}];
+    if (slot == nullptr) slot = std::make_shared<Group>(static_cast<int>(members.size()));
+    child = slot;
+  }
+  std::unique_ptr<Communicator> c(new InProcessCommunicator(std::move(child), new_rank));
+  c->set_timeout(timeout());
+  return c;
+}
 
 }  // namespace fullband::worker

@@ -1,6 +1,7 @@
 #include "worker/layers.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace fullband::worker {
@@ -27,13 +28,35 @@ void CopyTensor(Backend& be, Tensor dst, Tensor src) {
   be.Copy(dst.data, src.data, src.bytes());
 }
 
-Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t) {
-  return Dims{
-      b,          t,
-      b * t,      m.d_model,
-      m.n_heads,  m.n_kv_heads,
-      m.head_dim, m.ffn_dim,
-      m.n_layers, m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f};
+void TpGroup::Sum(void* data, int64_t count, CommType type) {
+  if (size() == 1 || !status_.ok()) return;
+  status_ = comm_->AllReduce(data, count, type, ReduceOp::kSum);
+}
+
+void TpGroup::Gather(const void* in, void* out, int64_t count, CommType type) {
+  if (size() == 1) {
+    std::memcpy(out, in, count * CommTypeSize(type));
+    return;
+  }
+  if (status_.ok()) status_ = comm_->AllGather(in, out, count, type);
+}
+
+Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t, TpGroup* tp) {
+  return Dims{b,          t,
+              b * t,      m.d_model,
+              m.n_heads,  m.n_kv_heads,
+              m.head_dim, m.ffn_dim,
+              m.n_layers, m.depth_scaling ? 1.0f / std::sqrt(static_cast<float>(m.n_layers)) : 1.0f,
+              tp};
+}
+
+ModelConfig LocalConfig(const ModelConfig& m, int tp) {
+  ModelConfig local = m;
+  local.n_heads /= tp;
+  local.n_kv_heads /= tp;
+  local.ffn_dim /= tp;
+  local.vocab_size /= tp;
+  return local;
 }
 
 // Note [Recomputation]: with `selective`, g1, g3 and s of every layer share one scratch and
@@ -82,6 +105,7 @@ void AttentionHalfForward(Backend& be, const ModelConfig& cfg, const Dims& d, co
   }
   if (!project) return;
   Linear(be, branch, att, p.wo);
+  d.tp->Sum(branch);  // the row-parallel Wo's parts
   // Under `full`, x_mid lies over the attention half, dead from here on.
   CopyTensor(be, a.x_mid, x_in);
   be.ResidualForward(a.x_mid, branch, d.r);
@@ -93,6 +117,7 @@ void FfnHalfForward(Backend& be, const Dims& d, const LayerParams& p, const Laye
   RecomputeFfn(be, p, a);
   if (x_out.empty()) return;
   Linear(be, branch, a.s, p.w2);
+  d.tp->Sum(branch);  // the row-parallel W2's parts
   CopyTensor(be, x_out, a.x_mid);
   be.ResidualForward(x_out, branch, d.r);
 }
@@ -107,6 +132,7 @@ void FfnHalfBackward(Backend& be, const Dims& d, const LayerParams& p, const Lay
   LinearBackwardInput(be, s.da, a.g3, p.w3, 1.0f);
   LinearBackwardWeight(be, g.w1, a.g1, a.m);
   LinearBackwardWeight(be, g.w3, a.g3, a.m);
+  d.tp->Sum(s.da);  // the column-parallel W1's and W3's parts
   be.RmsNormBackward(s.dxn, g.ffn_norm, s.da, a.x_mid, p.ffn_norm, a.rstd_m);
   be.ResidualForward(s.dx, s.dxn, 1.0f);
 }
@@ -149,6 +175,7 @@ void AttentionHalfBackward(Backend& be, const ModelConfig& cfg, const Dims& d, c
   LinearBackwardInput(be, s.da, s.dq, p.wq, da_beta);
   LinearBackwardInput(be, s.da, a.dk, p.wk, 1.0f);
   LinearBackwardInput(be, s.da, a.dv, p.wv, 1.0f);
+  d.tp->Sum(s.da);  // the column-parallel Q's, K's, V's and gate's parts
   be.RmsNormBackward(s.dxn, g.attn_norm, s.da, x_in, p.attn_norm, a.rstd_a);  // dq is dead
   be.ResidualForward(s.dx, s.dxn, 1.0f);  // the gradient at x_in
 }

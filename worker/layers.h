@@ -4,13 +4,21 @@
 // parameters. Backward overwrites the activation gradients of Scratch and adds into the
 // parameter gradients (ops/backend.h). Note [Recomputation] in layers.cc says how `selective`
 // and `full` recompute a layer.
+//
+// Tensor parallelism (Megatron, docs/PARALLEL.md): a layer's Q, K, V, gate, W1 and W3 are
+// column-parallel (this rank's heads and FFN columns), Wo and W2 row-parallel; the layer sums
+// the row-parallel outputs over the group in forward (one all-reduce per half) and the
+// gradient at the normed input in backward (one per half), through TpGroup. Dims are a rank's:
+// its heads, KV heads and FFN width.
 #pragma once
 
 #include <cstdint>
 
 #include "common/config.h"
+#include "common/status.h"
 #include "ops/backend.h"
 #include "worker/activations.h"
+#include "worker/communicator.h"
 #include "worker/param_table.h"
 
 namespace fullband::worker {
@@ -26,11 +34,36 @@ struct LayerParams {
 LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float* base,
                       ops::Device device, int64_t l);
 
-struct Dims {
-  int64_t b, t, n, d, h, kv, dh, f, l;
-  float r;  // residual branch scale
+// The tensor-parallel group of a model (none: one rank): the sums the layers and the readout
+// need, in place on the backend's memory. A failed sum is kept and the later ones skipped, so
+// the step runs to its end and returns the first error (the group is then unusable).
+class TpGroup {
+ public:
+  explicit TpGroup(Communicator* comm) : comm_(comm) {}
+  int size() const { return comm_ == nullptr ? 1 : comm_->size(); }
+  int rank() const { return comm_ == nullptr ? 0 : comm_->rank(); }
+  // x summed over the group (a no-op alone).
+  void Sum(Tensor x) { Sum(x.data, x.numel(), CommType::kF32); }
+  void Sum(void* data, int64_t count, CommType type);
+  // `count` elements of every rank, rank r's at out + r·count (host memory).
+  void Gather(const void* in, void* out, int64_t count, CommType type);
+  const Status& status() const { return status_; }
+  void ClearStatus() { status_ = OkStatus(); }
+
+ private:
+  Communicator* comm_;
+  Status status_;
 };
-Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t);
+
+struct Dims {
+  int64_t b, t, n, d, h, kv, dh, f, l;  // h, kv, f: this tensor-parallel rank's
+  float r;                              // residual branch scale
+  TpGroup* tp;
+};
+// For `m` as one tensor-parallel rank holds it (LocalConfig).
+Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t, TpGroup* tp);
+// The config of one of `tp` ranks' share: heads, KV heads, FFN width and vocabulary divided.
+ModelConfig LocalConfig(const ModelConfig& m, int tp);
 
 // out (N, O) = in (N, I) wᵀ with w (O, I).
 void Linear(ops::Backend& be, Tensor out, Tensor in, Tensor w);

@@ -81,11 +81,15 @@ struct Model::Impl {
   void InputStage(int k, const PassActs& p, Tensor x0);
   void FeedbackInput(int k, const StepState& st, PassActs& p, StepResult& result);
   void Forward(const StepState& st, StepResult& result);
+  void CombineShards(const StepState& st, Tensor loss, Tensor lse, int64_t first_row);
   void LayersBackward(int k, const StepState& st, const PassActs& p, const std::vector<Tensor>& x);
   void InputBackward(int k, const StepState& st, const PassActs& p);
   void Backward(const StepState& st);
 
   const ModelConfig* config = nullptr;
+  ModelConfig local;  // this tensor-parallel rank's share (LocalConfig)
+  std::optional<TpGroup> tp;
+  int64_t vocab_begin = 0;  // the first row of the embedding this rank holds
   Backend* be = nullptr;
   ModelShape shape;
   std::optional<ops::Arena> params, grads, acts;
@@ -103,18 +107,44 @@ struct Model::Impl {
 
 // ---------------------------------------------------------------------------------------------
 
-Model::Model(const ModelConfig& config, const ModelShape& shape, Backend* backend)
+Model::Model(const ModelConfig& config, const ModelShape& shape, Backend* backend, Communicator* tp)
     : config_(config),
       shape_(shape),
       backend_(backend),
-      table_(ParameterTable::Build(config)),
+      table_(ParameterTable::Build(config, tp == nullptr ? 1 : tp->size(),
+                                   tp == nullptr ? 0 : tp->rank())),
       impl_(std::make_unique<Impl>()) {}
+
+namespace {
+
+// INVALID_ARGUMENT unless `tp` ranks can split `m` (docs/PARALLEL.md).
+Status CheckTensorParallel(const ModelConfig& m, int tp) {
+  for (const auto& [what, n] : {std::pair<const char*, int64_t>{"n_heads", m.n_heads},
+                                {"n_kv_heads", m.n_kv_heads},
+                                {"ffn_dim", m.ffn_dim},
+                                {"vocab_size", m.vocab_size}}) {
+    if (n % tp != 0) {
+      return InvalidArgumentError("model." + std::string(what) + " = " + std::to_string(n) +
+                                  " is not divisible by the " + std::to_string(tp) +
+                                  " tensor-parallel ranks (parallel.tp)");
+    }
+  }
+  if (m.ignore_id == ops::kOtherShard) {
+    return InvalidArgumentError("model.ignore_id " + std::to_string(m.ignore_id) +
+                                " is reserved for vocabulary shards");
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const ModelShape& shape,
-                                               Backend* backend) {
+                                               Backend* backend, Communicator* tp) {
   FB_RETURN_IF_ERROR(config.Validate());
+  const int tp_size = tp == nullptr ? 1 : tp->size();
+  FB_RETURN_IF_ERROR(CheckTensorParallel(config, tp_size));
   if (shape.max_batch < 1 || shape.max_seq < 1 || shape.max_passes < 1) {
     return InvalidArgumentError("model shape: batch " + std::to_string(shape.max_batch) + ", seq " +
                                 std::to_string(shape.max_seq) + ", passes " +
@@ -124,9 +154,12 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
     return InvalidArgumentError("sequence length " + std::to_string(shape.max_seq) +
                                 " exceeds model.max_seq_len " + std::to_string(config.max_seq_len));
   }
-  std::unique_ptr<Model> model(new Model(config, shape, backend));
+  std::unique_ptr<Model> model(new Model(config, shape, backend, tp));
   Impl& im = *model->impl_;
   im.config = &model->config_;
+  im.local = LocalConfig(config, tp_size);
+  im.tp.emplace(tp);
+  im.vocab_begin = im.local.vocab_size * (tp == nullptr ? 0 : tp->rank());
   im.be = backend;
   im.shape = shape;
   if (shape.param_multiple < 1) {
@@ -140,14 +173,14 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   FB_ASSIGN_OR_RETURN(ops::Arena params, ops::Arena::Create(backend, param_bytes));
   FB_ASSIGN_OR_RETURN(ops::Arena grads, ops::Arena::Create(backend, param_bytes));
   Carver measure(nullptr, backend->device());
-  CarveActivations(measure, config, shape, im.s, im.shared, im.passes);
+  CarveActivations(measure, im.local, shape, im.s, im.shared, im.passes);
   FB_ASSIGN_OR_RETURN(ops::Arena acts, ops::Arena::Create(backend, measure.bytes()));
   im.params.emplace(std::move(params));
   im.grads.emplace(std::move(grads));
   im.acts.emplace(std::move(acts));
   const Tensor block = im.acts->Take(DType::kU8, {static_cast<int64_t>(measure.bytes())});
   Carver carve(static_cast<char*>(block.data), backend->device());
-  CarveActivations(carve, config, shape, im.s, im.shared, im.passes);
+  CarveActivations(carve, im.local, shape, im.s, im.shared, im.passes);
   FB_CHECK_EQ(carve.bytes(), measure.bytes());
 
   model->params_all_ = im.params->TakeF32({total});
@@ -199,22 +232,45 @@ Tensor Model::Grad(const ParamSpec& spec) const {
 
 void Model::ZeroGradients() { backend_->Zero(grads_all_); }
 
+namespace {
+
+// A parameter as a matrix: (rows, cols) of its whole tensor and where its box starts.
+struct Box2d {
+  int64_t rows, cols, row0, col0, box_rows, box_cols;
+};
+Box2d AsMatrix(const ParamSpec& spec) {
+  if (spec.shape.size() == 1) return {1, spec.global_shape[0], 0, 0, 1, spec.shape[0]};
+  FB_CHECK_EQ(spec.shape.size(), 2u) << spec.name;
+  return {spec.global_shape[0], spec.global_shape[1], spec.box_offset[0],
+          spec.box_offset[1],   spec.shape[0],        spec.shape[1]};
+}
+
+}  // namespace
+
 void Model::InitParameters(uint64_t seed) {
-  // Filled through a bounded host buffer: a whole (V, D) embedding on the host would add its
-  // size to the process's peak memory on top of the arenas.
+  // The whole tensor's values are drawn row by row, this rank's box kept, and uploaded through a
+  // bounded host buffer: a whole (V, D) embedding on the host would add its size to the
+  // process's peak memory on top of the arenas.
   constexpr int64_t kChunk = 1 << 16;
-  std::vector<float> host(kChunk);
+  std::vector<float> row, host;
   for (const ParamSpec& spec : table_.specs()) {
     Rng rng = Rng::ForStream(seed, spec.name);
+    const Box2d b = AsMatrix(spec);
     float* dst = Param(spec).f32();
-    for (int64_t start = 0; start < spec.numel; start += kChunk) {
-      const int64_t n = std::min(kChunk, spec.numel - start);
-      for (int64_t i = 0; i < n; ++i) {
-        host[i] = spec.kind == ParamKind::kNormGain
-                      ? 1.0f
-                      : static_cast<float>(rng.Normal() * spec.init_std);
+    row.resize(b.cols);
+    host.clear();
+    for (int64_t r = 0; r < b.row0 + b.box_rows; ++r) {
+      for (float& x : row) {
+        x = spec.kind == ParamKind::kNormGain ? 1.0f
+                                              : static_cast<float>(rng.Normal() * spec.init_std);
       }
-      backend_->CopyFromHost(dst + start, host.data(), n * sizeof(float));
+      if (r < b.row0) continue;
+      host.insert(host.end(), row.begin() + b.col0, row.begin() + b.col0 + b.box_cols);
+      if (static_cast<int64_t>(host.size()) >= kChunk || r + 1 == b.row0 + b.box_rows) {
+        backend_->CopyFromHost(dst, host.data(), host.size() * sizeof(float));
+        dst += host.size();
+        host.clear();
+      }
     }
   }
 }
@@ -229,8 +285,14 @@ Status Model::LoadParameters(const std::string& path) {
   }
   for (const ParamSpec& spec : table_.specs()) {
     FB_ASSIGN_OR_RETURN(const checkpoint::SafetensorsFile::Entry* e,
-                        file.Find(spec.name, checkpoint::StDType::kF32, spec.shape));
-    backend_->CopyFromHost(Param(spec).data, file.data(*e), e->bytes);
+                        file.Find(spec.name, checkpoint::StDType::kF32, spec.global_shape));
+    const Box2d b = AsMatrix(spec);
+    const auto* whole = reinterpret_cast<const float*>(file.data(*e));
+    float* dst = Param(spec).f32();
+    for (int64_t r = 0; r < b.box_rows; ++r) {  // this rank's box, a row at a time
+      backend_->CopyFromHost(dst + r * b.box_cols, whole + (b.row0 + r) * b.cols + b.col0,
+                             b.box_cols * sizeof(float));
+    }
   }
   return OkStatus();
 }
@@ -251,6 +313,12 @@ std::vector<std::vector<float>> DownloadAll(Backend& be, const ParameterTable& t
 }  // namespace
 
 Status Model::SaveParameters(const std::string& path) const {
+  if (table_.tp() > 1) {
+    return FailedPreconditionError(
+        path +
+        ": a tensor-parallel rank holds a share of the model; its sharded checkpoint, "
+        "exported by `fullband ckpt export`, is the whole model");
+  }
   const std::vector<std::vector<float>> host = DownloadAll(*backend_, table_, params_all_.f32());
   std::vector<checkpoint::StTensorRef> refs;
   for (size_t i = 0; i < table_.specs().size(); ++i) {
@@ -264,6 +332,9 @@ Status Model::SaveGradients(const std::string& path,
                             const std::vector<std::pair<std::string, float>>& scalars,
                             const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks,
                             int64_t batch, int64_t seq) const {
+  if (table_.tp() > 1) {
+    return FailedPreconditionError(path + ": gradients are saved by one rank alone");
+  }
   const std::vector<std::vector<float>> host = DownloadAll(*backend_, table_, grads_all_.f32());
   std::vector<checkpoint::StTensorRef> refs;
   for (const auto& [name, value] : scalars) {
@@ -291,6 +362,8 @@ struct Model::Impl::StepState {
   int k_passes = 1;
   int64_t denominator = 0;               // targets every mean is over
   std::vector<int32_t> inputs, targets;  // (B, T) on the host
+  // The same as ids of this rank's vocabulary shard (tensor parallelism; else the same ids).
+  std::vector<int32_t> shard_inputs, shard_targets;
 };
 
 Status Model::Impl::Upload(const int32_t* tokens, StepState& st, int64_t* counted) {
@@ -323,8 +396,18 @@ Status Model::Impl::Upload(const int32_t* tokens, StepState& st, int64_t* counte
       *counted += st.targets[bi * seq + ti] != cfg.ignore_id;
     }
   }
-  be->CopyFromHost(s.tokens.data, st.inputs.data(), n * sizeof(int32_t));
-  be->CopyFromHost(s.targets.data, st.targets.data(), n * sizeof(int32_t));
+  // Ids of this rank's vocabulary rows [v0, v1), the others' kOtherShard (ops/backend.h).
+  const int64_t v0 = vocab_begin, v1 = vocab_begin + local.vocab_size;
+  const auto shard = [&](int32_t id) {
+    if (id == cfg.ignore_id) return id;
+    return id >= v0 && id < v1 ? static_cast<int32_t>(id - v0) : ops::kOtherShard;
+  };
+  st.shard_inputs.resize(n);
+  st.shard_targets.resize(n);
+  std::transform(st.inputs.begin(), st.inputs.end(), st.shard_inputs.begin(), shard);
+  std::transform(st.targets.begin(), st.targets.end(), st.shard_targets.begin(), shard);
+  be->CopyFromHost(s.tokens.data, st.shard_inputs.data(), n * sizeof(int32_t));
+  be->CopyFromHost(s.targets.data, st.shard_targets.data(), n * sizeof(int32_t));
   return OkStatus();
 }
 
@@ -367,6 +450,7 @@ void Model::Impl::Forward(const StepState& st, StepResult& result) {
   const Dims& d = st.d;
   const StepOptions& options = st.options;
   be->EmbeddingForward(s.e, embed, s.tokens);
+  tp->Sum(s.e);  // each vocabulary shard gave its rows, zeros elsewhere
   if (st.k_passes >= 2) {
     be->RmsNormForward(s.ng, s.rstd_g, s.e, norm_g, kEps);
     Linear(*be, s.gate_fb, s.ng, w_g);
@@ -388,16 +472,53 @@ void Model::Impl::Forward(const StepState& st, StepResult& result) {
     const int64_t den = st.denominator;
     const float ce_scale = den ? static_cast<float>(w / den) : 0.0f;
     const float z_scale = den ? static_cast<float>(w * cfg.z_loss / den) : 0.0f;
-    const ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
-        *be, s.h, embed, s.targets, st.targets.data(), static_cast<int32_t>(cfg.ignore_id),
+    ops::CombineRows combine;
+    if (tp->size() > 1) {
+      combine = [&](Tensor loss, Tensor lse, int64_t r0) { CombineShards(st, loss, lse, r0); };
+    }
+    ops::ReadoutLossSums sums = ops::ReadoutCrossEntropy(
+        *be, s.h, embed, s.targets, st.shard_targets.data(), static_cast<int32_t>(cfg.ignore_id),
         {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
-        options.backward ? d_embed : Tensor());
+        options.backward ? d_embed : Tensor(), combine);
+    tp->Sum(&sums.ce_sum, 1, CommType::kF64);  // each shard's rows of its targets
+    if (options.backward) tp->Sum(p.dh);       // each shard's part of the gradient
     const double ce = den ? sums.ce_sum / den : 0.0;
     const double z = den ? sums.z_sum / den : 0.0;
     result.pass_ce.push_back(ce);
     result.pass_loss.push_back(ce + cfg.z_loss * z);
     result.total += w * result.pass_loss.back();
   }
+}
+
+// Note [Vocabulary-parallel readout]: each tensor-parallel rank holds V/tp rows of the tied
+// embedding, so its logits chunk is (rows, V/tp) and no rank ever holds (rows, V). After the
+// local forward of a chunk the ranks all-gather their per-row log-sum-exps (rows × tp floats)
+// and combine them into the global one, lse = m + log Σ_r exp(lse_r - m); the rank that holds a
+// row's target turns its local loss lse_r - logit into lse - logit. The chunk's backward then
+// uses the global lse (softmax over the whole vocabulary), and the shards' parts of dh and of
+// the CE sum are summed over the group after the readout; z-loss uses the global lse on every
+// rank.
+void Model::Impl::CombineShards(const StepState& st, Tensor loss, Tensor lse, int64_t r0) {
+  const int64_t rows = lse.numel();
+  const int n = tp->size();
+  std::vector<float> local_lse(rows), local_loss(rows), all(rows * n);
+  be->CopyToHost(local_lse.data(), lse.data, rows * sizeof(float));
+  be->CopyToHost(local_loss.data(), loss.data, rows * sizeof(float));
+  tp->Gather(local_lse.data(), all.data(), rows, CommType::kF32);
+  for (int64_t i = 0; i < rows; ++i) {
+    double m = all[i];
+    for (int r = 1; r < n; ++r) m = std::max<double>(m, all[r * rows + i]);
+    double sum = 0;
+    for (int r = 0; r < n; ++r) sum += std::exp(all[r * rows + i] - m);
+    const auto global = static_cast<float>(m + std::log(sum));
+    const int32_t t = st.shard_targets[r0 + i];
+    if (t != config->ignore_id && t != ops::kOtherShard) {
+      local_loss[i] += global - local_lse[i];
+    }
+    local_lse[i] = global;
+  }
+  be->CopyFromHost(lse.data, local_lse.data(), rows * sizeof(float));
+  be->CopyFromHost(loss.data, local_loss.data(), rows * sizeof(float));
 }
 
 // The layers of pass k top down; s.dx holds the gradient at x[0] of the pass afterwards.
@@ -427,6 +548,10 @@ void Model::Impl::LayersBackward(int k, const StepState& st, const PassActs& p,
       AttentionHalfForward(*be, cfg, d, layer_p[l], a, x[l], Tensor(), l, /*project=*/false);
     }
     AttentionHalfBackward(*be, cfg, d, layer_p[l], layer_g[l], a, x[l], s, l);
+    if (k == 1 && cfg.qk_norm) {  // final now: sum the heads' parts over the group
+      tp->Sum(layer_g[l].q_norm);
+      tp->Sum(layer_g[l].k_norm);
+    }
     if (k == 1 && grads_final) grads_final(layer_range[l].first, layer_range[l].second);
   }
 }
@@ -502,13 +627,16 @@ StatusOr<StepResult> Model::Step(const int32_t* tokens, int64_t batch, int64_t s
   }
   if (options.jitter < 0) return InvalidArgumentError("jitter must be >= 0");
   if (options.loss_count < 0) return InvalidArgumentError("loss_count must be >= 0");
-  Impl::StepState st{options, MakeDims(config_, batch, seq), options.passes, 0, {}, {}};
+  Impl::StepState st{
+      options, MakeDims(impl_->local, batch, seq, &*impl_->tp), options.passes, 0, {}, {}, {}, {}};
+  impl_->tp->ClearStatus();
   StepResult result;
   FB_RETURN_IF_ERROR(impl_->Upload(tokens, st, &result.counted));
   st.denominator = options.loss_count > 0 ? options.loss_count : result.counted;
   impl_->Forward(st, result);
   if (options.backward) impl_->Backward(st);
   backend_->Synchronize();
+  FB_RETURN_IF_ERROR(impl_->tp->status());
   return result;
 }
 

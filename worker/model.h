@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "ops/arena.h"
 #include "ops/backend.h"
+#include "worker/communicator.h"
 #include "worker/param_table.h"
 
 namespace fullband::worker {
@@ -74,21 +75,27 @@ struct StepResult {
 
 class Model {
  public:
-  // Validates the config and shape, builds the table and allocates every arena.
+  // Validates the config and shape, builds the table and allocates every arena. With `tp` (a
+  // group of more than one rank, outliving the model) the model is this rank's tensor-parallel
+  // share (docs/PARALLEL.md): every rank of the group steps the same batch together.
   static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, const ModelShape& shape,
-                                                 ops::Backend* backend);
+                                                 ops::Backend* backend, Communicator* tp = nullptr);
   ~Model();
 
   const ModelConfig& config() const { return config_; }
   const ParameterTable& table() const { return table_; }
   ops::Backend& backend() { return *backend_; }
 
-  // N(0, std²) matrices (per DESIGN Appendix A), gains 1; each tensor seeded by (seed, name).
+  // N(0, std²) matrices (docs/MODEL.md), gains 1; each tensor seeded by (seed, name) and drawn
+  // whole, so a tensor-parallel rank holds its box of the same values as one rank would.
   void InitParameters(uint64_t seed);
-  // Safetensors with exactly the table's keys and shapes (F32); errors name the key.
+  // Safetensors with exactly the table's keys and whole shapes (F32); errors name the key. A
+  // tensor-parallel rank loads its box of each tensor.
   Status LoadParameters(const std::string& path);
+  // The whole model: FAILED_PRECONDITION for a tensor-parallel rank, which holds a share
+  // (its sharded checkpoint, exported by `fullband ckpt export`, is the whole model).
   Status SaveParameters(const std::string& path) const;
-  // Writes `grad.<key>` for every parameter plus the given extra float scalars.
+  // Writes `grad.<key>` for every parameter plus the given extra float scalars (one rank only).
   Status SaveGradients(const std::string& path,
                        const std::vector<std::pair<std::string, float>>& scalars,
                        const std::vector<std::pair<std::string, std::vector<uint8_t>>>& masks,
@@ -113,7 +120,8 @@ class Model {
 
  private:
   struct Impl;
-  Model(const ModelConfig& config, const ModelShape& shape, ops::Backend* backend);
+  Model(const ModelConfig& config, const ModelShape& shape, ops::Backend* backend,
+        Communicator* tp);
 
   ModelConfig config_;
   ModelShape shape_;

@@ -234,6 +234,31 @@ std::unique_ptr<Work> MpiCommunicator::BarrierAsync() {
   return impl_->Enqueue([=] { return MPI_Barrier(comm); });
 }
 
+StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::Split(int color, int key) {
+  FB_CHECK(color >= 0) << "color " << color;
+  ++traffic_.collectives;
+  auto impl = std::make_unique<Impl>();
+  MPI_Comm parent = impl_->comm;
+  MPI_Comm* child = &impl->comm;
+  // On the progress thread, in order with the collectives issued before it.
+  const Status split = impl_
+                           ->Enqueue([=] {
+                             const int rc = MPI_Comm_split(parent, color, key, child);
+                             if (rc == MPI_SUCCESS) {
+                               MPI_Comm_set_errhandler(*child, MPI_ERRORS_RETURN);
+                             }
+                             return rc;
+                           })
+                           ->Wait(timeout());
+  if (!split.ok()) {
+    (void)impl.release();  // the blocked split may still write into it; the process ends
+    return split;
+  }
+  std::unique_ptr<Communicator> c(new MpiCommunicator(std::move(impl)));
+  c->set_timeout(timeout());
+  return c;
+}
+
 StatusOr<ProcessGroup> JoinProcessGroup() {
   ProcessGroup g;
   if (!MpiSession::LaunchedByMpi()) {

@@ -55,6 +55,7 @@ class MpiCommunicator final : public Communicator {
                                        CommType type) override;
   std::unique_ptr<Work> BroadcastAsync(void* data, int64_t bytes, int root) override;
   std::unique_ptr<Work> BarrierAsync() override;
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
   struct Impl;
 

@@ -1,8 +1,12 @@
 // ParameterTable: the one table of the model's parameters — name (the safetensors key of
 // docs/MODEL.md), shape, element offset — that carves the parameter, gradient and optimizer
 // arenas alike (llm.c). Every tensor is a contiguous, 16-float-aligned range, so a
-// tensor-parallel slice (rows of a matrix, a vocabulary range) or a data-parallel optimizer
-// shard is an offset range of the same table, never a copy.
+// data-parallel optimizer shard is an offset range of the same table, never a copy.
+//
+// Under tensor parallelism (docs/PARALLEL.md) the table is one rank's: each parameter is either
+// replicated (the norms, the feedback fusion) or this rank's slice of the global tensor — a box
+// of it, rows of a column-parallel matrix and of the embedding, columns of a row-parallel one
+// (whose elements are strided in the global tensor, contiguous here).
 #pragma once
 
 #include <cstdint>
@@ -22,10 +26,23 @@ enum class ParamKind {
   kNormGain,   // an RMSNorm gain
 };
 
+// How tensor parallelism splits a parameter.
+enum class TpSplit {
+  kReplicated,  // every rank holds it whole
+  kRows,        // rank r holds rows [r·R/tp, (r+1)·R/tp): QKV, the head gate, W1, W3, embedding
+  kColumns,     // rank r holds columns [r·C/tp, (r+1)·C/tp): the output projections Wo, W2
+};
+
 struct ParamSpec {
   std::string name;            // "layers.3.attn.wq.weight"
-  std::vector<int64_t> shape;  // (rows, cols) in PyTorch Linear convention, or (D)
-  int64_t offset = 0;          // in floats, from the start of the arena
+  std::vector<int64_t> shape;  // this rank's: (rows, cols) in PyTorch Linear convention, or (D)
+  std::vector<int64_t> global_shape;  // of the whole tensor (= shape when replicated)
+  std::vector<int64_t> box_offset;    // where this rank's box starts in the whole tensor
+  TpSplit split = TpSplit::kReplicated;
+  // Replicated, but each tensor-parallel rank's gradient is a part to be summed over the group:
+  // the q/k norm gains, shared by the heads that the ranks split.
+  bool tp_partial_grad = false;
+  int64_t offset = 0;  // in floats, from the start of the arena
   int64_t numel = 0;
   ParamKind kind = ParamKind::kMatrix;
   double init_std = 0.0;  // N(0, init_std²) for matrices and the embedding; gains start at 1
@@ -36,19 +53,25 @@ ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device)
 
 class ParameterTable {
  public:
-  // The table of DESIGN Appendix A for a validated model config.
-  static ParameterTable Build(const ModelConfig& config);
+  // The table of docs/MODEL.md for a validated model config, as rank `tp_rank` of `tp`
+  // tensor-parallel ranks holds it (tp must divide what it splits: ModelConfig::Validate with
+  // parallel.tp checks).
+  static ParameterTable Build(const ModelConfig& config, int tp = 1, int tp_rank = 0);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total_numel() const { return total_; }
   // The spec named `name`, or nullptr.
   const ParamSpec* Find(const std::string& name) const;
-  // The number of parameters (no padding), as counted for model FLOPs.
+  // The number of parameters of the whole model (no padding), as counted for model FLOPs.
   int64_t CountParameters() const;
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
 
  private:
-  void Add(std::string name, std::vector<int64_t> shape, ParamKind kind, double init_std);
+  void Add(std::string name, std::vector<int64_t> global_shape, ParamKind kind, double init_std,
+           TpSplit split = TpSplit::kReplicated);
 
+  int tp_ = 1, tp_rank_ = 0;
   std::vector<ParamSpec> specs_;
   int64_t total_ = 0;
 };

@@ -58,11 +58,6 @@ StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int 
                                 std::to_string(parallel.dp) + " does not match the " +
                                 std::to_string(world_size) + " rank(s) this run was started with");
   }
-  if (parallel.tp != 1) {
-    return UnimplementedError("parallel.tp: " + std::to_string(parallel.tp) +
-                              " — tensor parallelism is not built yet; use parallel.tp: 1 "
-                              "(docs/PARALLEL.md)");
-  }
   Layout l;
   l.tp = static_cast<int>(parallel.tp);
   l.dp = static_cast<int>(parallel.dp);
@@ -79,10 +74,24 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
   t->plan_.emplace(std::move(plan));
   FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
-  if ((t->layout_.dp > 1 || config.parallel.zero1) && backend->device() != ops::Device::kCpu) {
-    return UnimplementedError(
-        "parallel.dp > 1 or parallel.zero1 on " + std::string(ops::DeviceName(backend->device())) +
-        ": the MPI communicator reduces host memory only; the NCCL communicator is not built yet");
+  const Layout& layout = t->layout_;
+  if ((layout.tp > 1 || layout.dp > 1 || config.parallel.zero1) &&
+      backend->device() != ops::Device::kCpu) {
+    return UnimplementedError("parallel.tp > 1, parallel.dp > 1 or parallel.zero1 on " +
+                              std::string(ops::DeviceName(backend->device())) +
+                              ": the trainer's collectives run over the MPI communicator, which "
+                              "reduces host memory only");
+  }
+  if (layout.tp > 1 && !config.runtime.save_to.empty()) {
+    return InvalidArgumentError(
+        "runtime.save_to: a tensor-parallel run holds the model in shares; save a checkpoint "
+        "(checkpoint.dir) and write the whole model with `fullband ckpt export`");
+  }
+  if (layout.tp > 1) {  // the groups of docs/PARALLEL.md: a TP group is consecutive ranks
+    FB_ASSIGN_OR_RETURN(t->tp_owned_, comm->Split(layout.dp_rank, layout.tp_rank));
+    FB_ASSIGN_OR_RETURN(t->dp_owned_, comm->Split(layout.tp_rank, layout.dp_rank));
+    t->tp_ = t->tp_owned_.get();
+    t->dp_ = t->dp_owned_.get();
   }
   const int64_t rows = config.data.batch_size / t->layout_.dp;
   ModelShape shape;
@@ -92,7 +101,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   shape.recompute = config.runtime.recompute;
   const bool zero1 = config.parallel.zero1;
   if (zero1) shape.param_multiple = 16 * t->layout_.dp;  // equal, aligned shards
-  FB_ASSIGN_OR_RETURN(t->model_, Model::Create(config.model, shape, backend));
+  FB_ASSIGN_OR_RETURN(t->model_, Model::Create(config.model, shape, backend, t->tp_));
   if (config.runtime.init_from.empty()) {
     t->model_->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
   } else {
@@ -110,7 +119,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
                             : AdamW::Create(config.optim, t->model_->table(), backend));
   if (t->layout_.dp > 1 && !zero1) {
     t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
-                                                    comm, kBucketBytes);
+                                                    t->dp_, kBucketBytes);
   }
   Checkpointer::Options co;
   co.root = checkpoint_root;
@@ -137,7 +146,7 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 1; i <= t; ++i) counted += tokens_[r * (t + 1) + i] != config_.model.ignore_id;
   }
-  FB_RETURN_IF_ERROR(comm_->AllReduce(&counted, 1, CommType::kI64, ReduceOp::kSum));
+  FB_RETURN_IF_ERROR(dp_->AllReduce(&counted, 1, CommType::kI64, ReduceOp::kSum));
 
   StepOptions options;
   options.passes = static_cast<int>(a.passes);
@@ -153,18 +162,24 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   model_->ZeroGradients();
   FB_ASSIGN_OR_RETURN(StepResult r, model_->Step(tokens_.data(), rows, t, options));
   if (reducer_) {
-    FB_RETURN_IF_ERROR(reducer_->Finish(comm_->timeout()));
+    FB_RETURN_IF_ERROR(reducer_->Finish(dp_->timeout()));
     rec.comm_exposed_seconds = reducer_->exposed_seconds();
     rec.comm_hidden_fraction = reducer_->hidden_fraction();
   }
-  // Each rank's losses are its share of the global means: their sum over ranks is the mean.
+  // Each data-parallel rank's losses are its share of the global means: their sum over the
+  // ranks is the mean (the ranks of a tensor-parallel group hold the same values).
   std::vector<double> losses = r.pass_loss;
   losses.push_back(r.total);
-  FB_RETURN_IF_ERROR(comm_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
-                                      CommType::kF64, ReduceOp::kSum));
+  FB_RETURN_IF_ERROR(dp_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
+                                    CommType::kF64, ReduceOp::kSum));
   OptimizerStats os;
   if (config_.parallel.zero1) {
     FB_ASSIGN_OR_RETURN(os, ShardedUpdate(a.step, steps.total_steps()));
+  } else if (tp_ != nullptr) {  // the norm over the group's shares (replicated ones once)
+    double squares = GradSquares(model_->grads(), 0);
+    FB_RETURN_IF_ERROR(tp_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
+    os = optimizer_->StepRange(model_->params(), model_->grads(), a.step, steps.total_steps(),
+                               std::sqrt(squares));
   } else {
     os = optimizer_->Step(model_->params(), model_->grads(), a.step, steps.total_steps());
   }
@@ -195,10 +210,11 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
 // are all-gathered. Sums combine ranks in the same order as the all-reduce without ZeRO-1.
 StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_steps) {
   const int64_t s = shard_floats_;
-  FB_RETURN_IF_ERROR(comm_->ReduceScatter(model_->grads().f32(), grad_shard_.data(), s,
-                                          CommType::kF32, ReduceOp::kSum));
+  FB_RETURN_IF_ERROR(dp_->ReduceScatter(model_->grads().f32(), grad_shard_.data(), s,
+                                        CommType::kF32, ReduceOp::kSum));
   const ops::Tensor grads = ops::Tensor::F32(grad_shard_.data(), {s}, backend_->device());
-  double squares = backend_->SumSquares(grads);
+  // Every rank of the world holds another part of the gradients (its TP share, its DP shard).
+  double squares = GradSquares(grads, shard_begin_);
   FB_RETURN_IF_ERROR(comm_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
   const ops::Tensor params =
       ops::Tensor::F32(model_->params().f32() + shard_begin_, {s}, backend_->device());
@@ -206,8 +222,37 @@ StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_step
       optimizer_->StepRange(params, grads, step, total_steps, std::sqrt(squares));
   std::copy(params.f32(), params.f32() + s, param_shard_.data());
   FB_RETURN_IF_ERROR(
-      comm_->AllGather(param_shard_.data(), model_->params().f32(), s, CommType::kF32));
+      dp_->AllGather(param_shard_.data(), model_->params().f32(), s, CommType::kF32));
   return os;
+}
+
+Communicator::Traffic Trainer::traffic() const {
+  Communicator::Traffic sum = comm_->traffic();
+  for (const Communicator* c : {tp_owned_.get(), dp_owned_.get()}) {
+    if (c == nullptr) continue;
+    sum.all_reduce += c->traffic().all_reduce;
+    sum.reduce_scatter += c->traffic().reduce_scatter;
+    sum.all_gather += c->traffic().all_gather;
+    sum.broadcast += c->traffic().broadcast;
+    sum.collectives += c->traffic().collectives;
+  }
+  return sum;
+}
+
+// Under tensor parallelism a replicated parameter's gradient is the same on every rank of the
+// group, so only TP rank 0 counts it; alone, the whole range at once.
+double Trainer::GradSquares(ops::Tensor grads, int64_t begin) const {
+  if (tp_ == nullptr) return backend_->SumSquares(grads);
+  const int64_t end = begin + grads.numel();
+  double squares = 0;
+  for (const ParamSpec& spec : model_->table().specs()) {
+    if (spec.split == TpSplit::kReplicated && layout_.tp_rank != 0) continue;
+    const int64_t b = std::max(begin, spec.offset), e = std::min(end, spec.offset + spec.numel);
+    if (b >= e) continue;
+    squares += backend_->SumSquares(
+        ops::Tensor::F32(grads.f32() + (b - begin), {e - b}, backend_->device()));
+  }
+  return squares;
 }
 
 StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,

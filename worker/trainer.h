@@ -75,8 +75,7 @@ struct Layout {
   int tp = 1, dp = 1;
   int tp_rank = 0, dp_rank = 0;
 };
-// INVALID_ARGUMENT when the world size is not tp × dp; UNIMPLEMENTED for tp > 1 (tensor
-// parallelism is not built yet: docs/PARALLEL.md).
+// INVALID_ARGUMENT when the world size is not tp × dp.
 StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank);
 
 class Trainer {
@@ -118,14 +117,18 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   const Layout& layout() const { return layout_; }
   const StepPlan& plan() const { return *plan_; }
+  // What this rank handed to the collectives of all its groups (world, TP and DP).
+  Communicator::Traffic traffic() const;
 
  private:
   Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
-      : config_(config), backend_(backend), comm_(comm) {}
+      : config_(config), backend_(backend), comm_(comm), dp_(comm) {}
   // One step of this rank; fills everything of `rec` but the cumulative counts.
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
   // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
   StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
+  // Σ g² of `grads`, the arena's floats from `begin` on, as this rank's part of the global sum.
+  double GradSquares(ops::Tensor grads, int64_t begin) const;
   // The training state after steps [0, steps_done).
   checkpoint::TrainingState State(int64_t steps_done, int64_t total_steps,
                                   const BatchSource& batches) const;
@@ -134,7 +137,12 @@ class Trainer {
 
   Config config_;
   ops::Backend* backend_;
-  Communicator* comm_;
+  Communicator* comm_;  // the world
+  // The tensor-parallel group (null for tp = 1) and the data-parallel group (the world for
+  // tp = 1): split from the world when tp > 1.
+  Communicator* tp_ = nullptr;
+  Communicator* dp_ = nullptr;
+  std::unique_ptr<Communicator> tp_owned_, dp_owned_;
   Layout layout_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;

@@ -22,7 +22,7 @@ void CpuBackend::CrossEntropyForward(Tensor loss, Tensor lse, Tensor logits, int
     const float* row = x + i * ld;
     const float l = simd_->row_log_sum_exp(row, v);
     lsep[i] = l;
-    if (tg[i] == ignore_id) {
+    if (tg[i] == ignore_id || tg[i] == kOtherShard) {
       lp[i] = 0.0f;
     } else {
       FB_CHECK(tg[i] >= 0 && tg[i] < v) << "target " << tg[i] << " outside [0, " << v << ")";
@@ -49,10 +49,11 @@ void CpuBackend::CrossEntropyBackward(Tensor dlogits, Tensor logits, int64_t ld,
       std::fill(drow, drow + v, 0.0f);
       continue;
     }
-    FB_CHECK(tg[i] >= 0 && tg[i] < v) << "target " << tg[i] << " outside [0, " << v << ")";
+    FB_CHECK(tg[i] == kOtherShard || (tg[i] >= 0 && tg[i] < v))
+        << "target " << tg[i] << " outside [0, " << v << ")";
     // d/dx of ce_scale·(lse - x_t) + z_scale·lse² is (ce_scale + 2·z_scale·lse)·p - ce_scale·1_t.
     simd_->row_softmax_scaled(drow, x + i * ld, v, lsep[i], ce_scale + 2.0f * z_scale * lsep[i]);
-    drow[tg[i]] -= ce_scale;
+    if (tg[i] != kOtherShard) drow[tg[i]] -= ce_scale;
   }
 }
 

@@ -47,6 +47,10 @@ void CpuBackend::EmbeddingForward(Tensor out, Tensor table, Tensor ids) {
   float* o = out.f32();
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
+    if (id[i] == kOtherShard) {
+      std::memset(o + i * d, 0, d * sizeof(float));
+      continue;
+    }
     FB_CHECK(id[i] >= 0 && id[i] < v) << "token id " << id[i] << " outside [0, " << v << ")";
     std::memcpy(o + i * d, t + static_cast<int64_t>(id[i]) * d, d * sizeof(float));
   }
@@ -69,6 +73,7 @@ void CpuBackend::EmbeddingBackward(Tensor dtable, Tensor dout, Tensor ids) {
     const int64_t per = (d + nt - 1) / nt;
     const int64_t c0 = std::min(d, me * per), c1 = std::min(d, c0 + per);
     for (int64_t i = 0; i < n; ++i) {
+      if (id[i] == kOtherShard) continue;
       FB_CHECK(id[i] >= 0 && id[i] < v) << "token id " << id[i] << " outside [0, " << v << ")";
       float* row = t + static_cast<int64_t>(id[i]) * d;
       const float* src = g + i * d;

@@ -5,6 +5,7 @@
 // alias logits (each element is read, then written, by one thread).
 #include <cmath>
 
+#include "ops/backend.h"
 #include "ops/cuda/device_utils.cuh"
 #include "ops/cuda/kernels.h"
 
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kForwardThreads)
   lse[row] = row_lse;
   const int32_t target = targets[row];
   float row_loss = 0.0f;
-  if (target != ignore_id) {
+  if (target != ignore_id && target != kOtherShard) {
     // A target outside [0, V) is a caller bug the host cannot see: report NaN, do not read.
     row_loss = (target >= 0 && target < v) ? row_lse - x[target] : NAN;
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/backend.h"
 #include "ops/cuda/device_utils.cuh"
 #include "ops/cuda/kernels.h"
 
@@ -31,7 +32,7 @@ __global__ void EmbeddingForwardKernel(float* out, const float* table, const int
     const int64_t row = i / d;
     const int64_t col = i - row * d;
     const int64_t id = ids[row];
-    out[i] = (id >= 0 && id < v) ? table[id * d + col] : NAN;
+    out[i] = (id >= 0 && id < v) ? table[id * d + col] : (id == kOtherShard ? 0.0f : NAN);
   }
 }
 

@@ -63,11 +63,12 @@ struct RankRun {
   std::vector<int64_t> all_reduce_bytes, reduce_scatter_bytes, all_gather_bytes;  // per step
 };
 
-// Trains `config` laid out as DP `dp`, one thread per rank.
-std::vector<RankRun> TrainLayout(Config config, int dp) {
+// Trains `config` laid out as TP `tp` × DP `dp`, one thread per rank.
+std::vector<RankRun> TrainLayout(Config config, int dp, int tp = 1) {
   config.parallel.dp = dp;
-  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(dp);
-  std::vector<RankRun> out(dp);
+  config.parallel.tp = tp;
+  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(tp * dp);
+  std::vector<RankRun> out(tp * dp);
   const auto rank_main = [&](int rank) {
     RankRun& o = out[rank];
     Communicator* comm = group[rank].get();
@@ -78,12 +79,13 @@ std::vector<RankRun> TrainLayout(Config config, int dp) {
     if (!be.ok()) return fail(be.status());
     StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config, be->get(), comm);
     if (!t.ok()) return fail(t.status());
-    StatusOr<std::unique_ptr<BatchSource>> data = BatchSource::Open(config, rank, dp, 0);
+    StatusOr<std::unique_ptr<BatchSource>> data =
+        BatchSource::Open(config, (*t)->layout().dp_rank, dp, 0);
     if (!data.ok()) return fail(data.status());
     LocalStepSource steps(*StepPlan::Create(config), 0);
-    Communicator::Traffic before = comm->traffic();
+    Communicator::Traffic before = (*t)->traffic();
     StatusOr<TrainSummary> s = (*t)->Run(steps, **data, [&](const StepRecord& r) {
-      const Communicator::Traffic& now = comm->traffic();
+      const Communicator::Traffic now = (*t)->traffic();
       o.losses.push_back(r.pass_loss);
       o.all_reduce_bytes.push_back(now.all_reduce - before.all_reduce);
       o.reduce_scatter_bytes.push_back(now.reduce_scatter - before.reduce_scatter);
@@ -95,7 +97,7 @@ std::vector<RankRun> TrainLayout(Config config, int dp) {
     o.params.assign(p.f32(), p.f32() + p.numel());
   };
   std::vector<std::thread> threads;
-  for (int r = 0; r < dp; ++r) threads.emplace_back(rank_main, r);
+  for (int r = 0; r < tp * dp; ++r) threads.emplace_back(rank_main, r);
   for (auto& th : threads) th.join();
   return out;
 }
@@ -115,16 +117,43 @@ double WorstRelativeDiff(const ParameterTable& table, const std::vector<float>& 
   return worst;
 }
 
-// `c` laid out as DP `dp` against one rank without ZeRO-1.
-void ExpectSameTraining(const Config& c, int dp) {
+// The whole model's parameter arena (one rank's table) from the shares of the TP ranks
+// [first, first + tp) of a layout: each rank's box of every tensor put in its place.
+std::vector<float> Assemble(const ModelConfig& m, const std::vector<RankRun>& runs, int first,
+                            int tp) {
+  const ParameterTable whole = ParameterTable::Build(m);
+  std::vector<float> out(whole.total_numel(), 0.0f);
+  for (int r = 0; r < tp; ++r) {
+    const ParameterTable share = ParameterTable::Build(m, tp, r);
+    for (const ParamSpec& s : share.specs()) {
+      const ParamSpec& g = *whole.Find(s.name);
+      if (s.split == TpSplit::kReplicated && r > 0) {  // the same on every rank of the group
+        EXPECT_TRUE(std::equal(out.begin() + g.offset, out.begin() + g.offset + g.numel,
+                               runs[first + r].params.begin() + s.offset))
+            << s.name << " differs between TP ranks " << first << " and " << first + r;
+        continue;
+      }
+      const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
+      const int64_t row0 = s.shape.size() == 2 ? s.box_offset[0] : 0, col0 = s.box_offset.back();
+      for (int64_t i = 0; i < rows; ++i) {
+        std::copy_n(runs[first + r].params.begin() + s.offset + i * cols, cols,
+                    out.begin() + g.offset + (row0 + i) * g.shape.back() + col0);
+      }
+    }
+  }
+  return out;
+}
+
+// `c` laid out as TP `tp` × DP `dp` against one rank without ZeRO-1.
+void ExpectSameTraining(const Config& c, int dp, int tp = 1) {
   Config alone = c;
   alone.parallel.zero1 = false;
-  const std::vector<RankRun> one = TrainLayout(alone, 1), many = TrainLayout(c, dp);
+  const std::vector<RankRun> one = TrainLayout(alone, 1), many = TrainLayout(c, dp, tp);
   ASSERT_EQ(one[0].error, "");
   for (const RankRun& r : many) ASSERT_EQ(r.error, "");
   ASSERT_EQ(one[0].losses.size(), 5u);
   const ParameterTable table = ParameterTable::Build(c.model);
-  for (int rank = 0; rank < dp; ++rank) {
+  for (int rank = 0; rank < tp * dp; ++rank) {
     const RankRun& r = many[rank];
     ASSERT_EQ(r.losses.size(), one[0].losses.size());
     for (size_t s = 0; s < r.losses.size(); ++s) {
@@ -134,8 +163,12 @@ void ExpectSameTraining(const Config& c, int dp) {
             << "rank " << rank << " step " << s << " pass " << k + 1;
       }
     }
-    EXPECT_LE(WorstRelativeDiff(table, r.params, one[0].params), 1e-5) << "rank " << rank;
-    EXPECT_EQ(r.params, many[0].params) << "rank " << rank << " drifted from rank 0";
+    // The ranks of a DP group hold the same share as DP rank 0 of their TP rank.
+    EXPECT_EQ(r.params, many[rank % tp].params) << "rank " << rank << " drifted";
+  }
+  for (int first = 0; first < tp * dp; first += tp) {
+    EXPECT_LE(WorstRelativeDiff(table, Assemble(c.model, many, first, tp), one[0].params), 1e-5)
+        << "TP group of rank " << first;
   }
 }
 
@@ -148,6 +181,44 @@ TEST(DataParallel, DP2AndDP4_TrainLikeOneRank_ForEveryPassCount_WithAndWithoutZe
         ExpectSameTraining(TinyConfig(k, Recompute::kNone, zero1), dp);
       }
     }
+  }
+}
+
+TEST(TensorParallel, TP2AndTP2xDP2_TrainLikeOneRank_ForEveryPassCount_WithAndWithoutZero1) {
+  for (bool zero1 : {false, true}) {
+    for (int64_t k : {1, 2, 3}) {
+      for (int dp : {1, 2}) {
+        SCOPED_TRACE("K = " + std::to_string(k) + ", TP2 × DP" + std::to_string(dp) +
+                     (zero1 ? ", ZeRO-1" : ""));
+        ExpectSameTraining(TinyConfig(k, Recompute::kNone, zero1), dp, /*tp=*/2);
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, TP2AndTP2xDP2_TrainLikeOneRank_InEveryRecomputeMode) {
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    for (int dp : {1, 2}) {
+      SCOPED_TRACE(std::string(RecomputeName(mode)) + ", TP2 × DP" + std::to_string(dp));
+      ExpectSameTraining(TinyConfig(3, mode, /*zero1=*/dp == 2), dp, /*tp=*/2);
+    }
+  }
+}
+
+TEST(TensorParallel, TP4_TrainsLikeOneRank) {
+  Config c = TinyConfig(2, Recompute::kNone);
+  c.model.n_kv_heads = 4;  // tp must divide it
+  ExpectSameTraining(c, 1, /*tp=*/4);
+}
+
+TEST(TensorParallel, SameLayoutTwice_IsBitwiseIdentical) {
+  const Config c = TinyConfig(3, Recompute::kNone, /*zero1=*/true);
+  const std::vector<RankRun> a = TrainLayout(c, 2, 2), b = TrainLayout(c, 2, 2);
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].error, "");
+    ASSERT_EQ(b[r].error, "");
+    EXPECT_EQ(a[r].params, b[r].params) << "rank " << r;
+    EXPECT_EQ(a[r].losses, b[r].losses) << "rank " << r;
   }
 }
 
