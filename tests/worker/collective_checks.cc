@@ -85,10 +85,40 @@ std::string ManyInFlight(Communicator& comm) {
   return "";
 }
 
+// Split into the even and the odd ranks, each group ranked in reverse: sizes, ranks, and an
+// all-reduce that sums exactly the members' world ranks; the parent still works afterwards.
+std::string SplitEvenOdd(Communicator& comm) {
+  const int me = comm.rank(), n = comm.size(), color = me % 2;
+  StatusOr<std::unique_ptr<Communicator>> sub = comm.Split(color, /*key=*/-me);
+  if (!sub.ok()) return "Split: " + sub.status().ToString();
+  int members = 0, above = 0;  // ranks of my color, and those of them ranked before me
+  int64_t expected = 0;
+  for (int r = color; r < n; r += 2) {
+    ++members;
+    above += r > me;
+    expected += r;
+  }
+  if ((*sub)->size() != members || (*sub)->rank() != above) {
+    return "Split: rank " + std::to_string(me) + " became " + std::to_string((*sub)->rank()) +
+           " of " + std::to_string((*sub)->size()) + ", expected " + std::to_string(above) +
+           " of " + std::to_string(members);
+  }
+  int64_t sum = me;
+  const Status s = (*sub)->AllReduce(&sum, 1, CommType::kI64, ReduceOp::kSum);
+  if (!s.ok() || sum != expected) {
+    return "Split: the group's sum is " + std::to_string(sum) + " (" + s.ToString() +
+           "), expected " + std::to_string(expected);
+  }
+  int64_t all = 1;
+  const Status p = comm.AllReduce(&all, 1, CommType::kI64, ReduceOp::kSum);
+  if (!p.ok() || all != n) return "after Split the parent's sum is " + std::to_string(all);
+  return "";
+}
+
 }  // namespace
 
 std::string CheckCollectives(Communicator& comm) {
-  for (auto* check : {&AllReduceSumAndMax, &ScatterGatherBroadcast, &ManyInFlight}) {
+  for (auto* check : {&AllReduceSumAndMax, &ScatterGatherBroadcast, &ManyInFlight, &SplitEvenOdd}) {
     const std::string why = check(comm);
     if (!why.empty()) return why;
   }

@@ -256,6 +256,30 @@ TEST(DataParallel, BytesPerStep_AreTheAnalyticCount) {
   }
 }
 
+TEST(TensorParallel, BytesPerStep_AreTheAnalyticCount) {
+  // docs/PARALLEL.md, "Bytes per step": with N tokens, width D and L layers, each TP rank
+  // all-reduces N·D floats for the embedding, then per pass 4L for the layers (two halves, each
+  // way) and one for the readout's dh; per pass the CE sum (8 bytes) and an all-gather of the
+  // N per-row log-sum-exps of every rank; once per step the q/k norm gains' gradients (2L·dh
+  // floats) and the squared gradient norm. The DP group (here of one rank) carries the target
+  // count and the losses.
+  const int tp = 2;
+  for (int64_t k : {1, 3}) {
+    const Config c = TinyConfig(k, Recompute::kNone);
+    const ModelConfig& m = c.model;
+    const int64_t n = c.data.batch_size * c.data.seq_len, d = m.d_model, l = m.n_layers;
+    const int64_t tp_bytes = 4 * n * d * (1 + k * (4 * l + 1)) + 8 * k + 4 * 2 * l * m.head_dim + 8;
+    for (const RankRun& r : TrainLayout(c, 1, tp)) {
+      ASSERT_EQ(r.error, "");
+      for (size_t s = 0; s < r.all_reduce_bytes.size(); ++s) {
+        EXPECT_EQ(r.all_reduce_bytes[s], tp_bytes + 8 + 8 * (k + 1)) << "K = " << k;
+        EXPECT_EQ(r.all_gather_bytes[s], k * 4 * n * tp) << "K = " << k;
+        EXPECT_EQ(r.reduce_scatter_bytes[s], 0);
+      }
+    }
+  }
+}
+
 TEST(DataParallel, BytesPerStepUnderZero1_AreTheAnalyticCount) {
   // docs/PARALLEL.md: the gradients are reduce-scattered and the parameters all-gathered, each
   // 4 · P bytes of the arena padded to P, a multiple of 16 · dp floats; the all-reduces carry
