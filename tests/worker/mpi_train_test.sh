@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `fullband train` as an mpirun group against one rank (docs/PARALLEL.md): DP2 (2 ranks × 1
-# thread), with ZeRO-1 off and on, over 6 steps with K = 1, 2, 3, jitter and prefix mixin on,
-# must log the same loss for every pass of every step as one rank, within 1e-5 relative; then a rank killed with SIGKILL in
-# the middle of a run must take the whole group down, non-zero, within 10 s.
+# `fullband train` as an mpirun group against one rank (docs/PARALLEL.md): DP2 with ZeRO-1 off
+# and on, TP2, and TP2 × DP2 with ZeRO-1 (one thread a rank), over 6 steps with K = 1, 2, 3,
+# jitter and prefix mixin on, must log the same loss for every pass of every step as one rank,
+# within 1e-5 relative; then a TP2 rank killed with SIGKILL in the middle of a run must take the
+# whole group down, non-zero, within 10 s.
 # usage: mpi_train_test.sh FULLBAND MPIRUN
 set -euo pipefail
 fullband=$1 mpirun=$2
@@ -14,11 +15,11 @@ rng = random.Random(5)
 ids = [256 if rng.randrange(40) == 0 else rng.randrange(256) for _ in range(1 << 16)]
 open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
 PY
-config() {  # $1 = dp, $2 = steps, $3 = zero1 (default false)
+config() {  # $1 = dp, $2 = steps, $3 = zero1 (default false), $4 = tp (default 1)
   cat <<YAML
 model: {vocab_size: 260, eod_id: 256, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
         head_dim: 8, ffn_dim: 64, max_seq_len: 32, window: 8, full_attention_every: 2}
-parallel: {dp: $1, zero1: ${3:-false}}
+parallel: {tp: ${4:-1}, dp: $1, zero1: ${3:-false}}
 data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 24}
 optim: {lr: 1.0e-3, warmup_steps: 2}
 schedule: {steps: $2, seed: 3, phases: [{until: 1.0, mix: {1: 0.4, 2: 0.4, 3: 0.2}}]}
@@ -28,9 +29,12 @@ YAML
 config 1 6 >"$dir/one.yaml"
 config 2 6 >"$dir/dp2.yaml"
 config 2 6 true >"$dir/dp2-zero1.yaml"
+config 1 6 false 2 >"$dir/tp2.yaml"
+config 2 6 true 2 >"$dir/tp2xdp2-zero1.yaml"
 "$fullband" train "$dir/one.yaml" --json >"$dir/one.jsonl"
-for run in dp2 dp2-zero1; do
-  "$mpirun" --oversubscribe --bind-to none -np 2 "$fullband" train "$dir/$run.yaml" --json \
+for run in dp2:2 dp2-zero1:2 tp2:2 tp2xdp2-zero1:4; do
+  np=${run#*:} run=${run%:*}
+  "$mpirun" --oversubscribe --bind-to none -np "$np" "$fullband" train "$dir/$run.yaml" --json \
     >"$dir/$run.jsonl"
   python3 - "$dir/one.jsonl" "$dir/$run.jsonl" "$run" <<'PY'
 import json, sys
@@ -50,7 +54,7 @@ PY
 done
 
 # A rank killed mid-run: the group ends, non-zero, within 10 s.
-config 2 100000 >"$dir/long.yaml"
+config 1 100000 false 2 >"$dir/long.yaml"
 "$mpirun" --oversubscribe --bind-to none -np 2 "$fullband" train "$dir/long.yaml" \
   >"$dir/long.out" 2>&1 &
 launcher=$!
