@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A submitted job is trained by `fullband worker` groups (docs/PARALLEL.md): a local coordinator
-# launches `mpirun -np 2 fullband worker` for a DP2 job and `fullband worker` alone for a DP1
-# job on the same data (bytes of /usr/share/common-licenses as token ids, a 60/30/10 pass mix).
-# Both must COMPLETE with a ledger of exactly steps × batch × seq_len tokens and Σ tokens ×
-# passes token-equivalents, the pass histogram of the schedule, the same losses (DP2 against
-# DP1, 1e-5 relative), and a first-pass loss that falls. Then a DP2 job whose rank 1 is killed
+# launches `mpirun -np 2 fullband worker` for a DP2 job and for a TP2 job, and `fullband worker`
+# alone for a one-rank job, on the same data (bytes of /usr/share/common-licenses as token ids, a
+# 60/30/10 pass mix). All must COMPLETE with a ledger of exactly steps × batch × seq_len tokens
+# and Σ tokens × passes token-equivalents, the pass histogram of the schedule, the same losses
+# (DP2 and TP2 against one rank, 1e-5 relative), and a first-pass loss that falls. Then a DP2 job whose rank 1 is killed
 # with SIGKILL mid-run must end FAILED (no restarts allowed) with the worker group's exit as the
 # reason, within 10 s, with no rank left.
 # usage: worker_e2e_test.sh FULLBAND
@@ -24,11 +24,11 @@ open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
 PY
 
 write_coordinator_config "$dir/coordinator.yaml"
-job() {  # $1 = dp, $2 = budget in token-equivalents (default 40960)
+job() {  # $1 = dp, $2 = budget in token-equivalents (default 40960), $3 = tp (default 1)
   cat <<YAML
 model: {vocab_size: 258, eod_id: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2,
         head_dim: 16, ffn_dim: 128, max_seq_len: 64, window: 16, full_attention_every: 2}
-parallel: {dp: $1}
+parallel: {tp: ${3:-1}, dp: $1}
 data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 64}
 optim: {lr: 3.0e-3, warmup_steps: 5}
 schedule: {seed: 2, phases: [{until: 1.0, mix: {1: 0.6, 2: 0.3, 3: 0.1}}]}
@@ -37,34 +37,35 @@ runtime: {threads: 1, log_every: 1, peak_gflops: 1}
 launcher: {command: [$fullband, worker], max_restarts: 0}
 YAML
 }
-job 2 > "$dir/dp2.yaml"
-job 1 > "$dir/dp1.yaml"
+job 2 > "$dir/DP2.yaml"
+job 1 40960 2 > "$dir/TP2.yaml"
+job 1 > "$dir/one.yaml"
 
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 
-for dp in 2 1; do
-  out=$(timeout 300 "$fullband" submit "$dir/dp$dp.yaml" --wait) ||
-    fail "DP$dp: $out $(cat "$dir"/jobs/*/attempt-0.err 2>/dev/null)"
+for layout in DP2 TP2 one; do
+  out=$(timeout 300 "$fullband" submit "$dir/$layout.yaml" --wait) ||
+    fail "$layout: $out $(cat "$dir"/jobs/*/attempt-0.err 2>/dev/null)"
   job=$(head -1 <<< "$out")
   tail -1 <<< "$out" | grep -q "COMPLETED" ||
-    fail "DP$dp: $(tail -1 <<< "$out") $(cat "$dir/jobs/$job/attempt-0.err")"
-  "$fullband" status "$job" --json > "$dir/dp$dp.json"
-  cp "$dir/jobs/$job/attempt-0.out" "$dir/dp$dp.log"
+    fail "$layout: $(tail -1 <<< "$out") $(cat "$dir/jobs/$job/attempt-0.err")"
+  "$fullband" status "$job" --json > "$dir/$layout.json"
+  cp "$dir/jobs/$job/attempt-0.out" "$dir/$layout.log"
 done
 
 python3 - "$dir" <<'PY'
 import json, re, sys
 d = sys.argv[1]
-def ledger(dp):
-    return json.load(open(f"{d}/dp{dp}.json"))["ledger"]
-def steps(dp):
+def ledger(layout):
+    return json.load(open(f"{d}/{layout}.json"))["ledger"]
+def steps(layout):
     out = {}
-    for line in open(f"{d}/dp{dp}.log"):
+    for line in open(f"{d}/{layout}.log"):
         m = re.match(r"step +(\d+)/\d+ +K=(\d+) +loss \S+ \[([^\]]*)\]", line)
         if m:
             out[int(m[1])] = (int(m[2]), [float(x) for x in m[3].split()])
     return out
-for dp in (2, 1):
+for dp in ("DP2", "TP2", "one"):
     l = ledger(dp)
     n, tokens, te = int(l["steps"]), int(l["tokens"]), int(l["token_equivalents"])
     hist = {int(k): int(v) for k, v in l["pass_histogram"].items()}
@@ -77,14 +78,17 @@ for dp in (2, 1):
     first = sum(s[i][1][0] for i in (1, 2, 3)) / 3
     last = sum(s[i][1][0] for i in (n - 2, n - 1, n)) / 3
     assert last < first - 0.5, (dp, first, last)
-    print(f"DP{dp}: {n} steps, {tokens} tokens, {te} token-equivalents, passes {hist}, "
+    print(f"{dp}: {n} steps, {tokens} tokens, {te} token-equivalents, passes {hist}, "
           f"pass-1 loss {first:.3f} -> {last:.3f}")
-a, b = steps(2), steps(1)
-for i in a:
-    assert a[i][0] == b[i][0]
-    for x, y in zip(a[i][1], b[i][1]):
-        assert abs(x - y) <= 1e-5 * abs(y), (i, x, y)
-print("DP2 and DP1 agree on every pass of every step")
+b = steps("one")
+for layout in ("DP2", "TP2"):
+    a = steps(layout)
+    assert a.keys() == b.keys(), (layout, len(a), len(b))
+    for i in a:
+        assert a[i][0] == b[i][0]
+        for x, y in zip(a[i][1], b[i][1]):
+            assert abs(x - y) <= 1e-5 * abs(y), (layout, i, x, y)
+print("DP2 and TP2 agree with one rank on every pass of every step")
 PY
 
 # A rank killed mid-run.
