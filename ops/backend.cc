@@ -1,7 +1,8 @@
 // Backend creation. The CPU backend is linked in; the CUDA backend is a plugin
 // (libfullband_cuda.so, ops/cuda/plugin.h) loaded on first use from, in order: the path in
 // $FULLBAND_CUDA_PLUGIN, the directory of the running executable and its ../ops, and the build
-// tree it was compiled in.
+// tree it was compiled in. CudaPluginSymbol hands its other entry points (the NCCL
+// communicator's) to the layers above.
 #include "ops/backend.h"
 
 #include <dlfcn.h>
@@ -89,6 +90,16 @@ const CudaPlugin& Plugin() {
 bool CudaAvailable() {
   const CudaPlugin& p = Plugin();
   return p.available != nullptr && p.available() != 0;
+}
+
+StatusOr<void*> CudaPluginSymbol(const char* symbol) {
+  const CudaPlugin& p = Plugin();
+  if (p.handle == nullptr) return UnavailableError(p.error);
+  void* found = dlsym(p.handle, symbol);
+  if (found == nullptr) {
+    return UnavailableError(std::string("the CUDA plugin has no entry point ") + symbol);
+  }
+  return found;
 }
 
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {

@@ -187,4 +187,10 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 // True when a CUDA backend can be created here (built with CUDA and a GPU is visible).
 bool CudaAvailable();
 
+// The CUDA plugin's C entry point `symbol` (ops/cuda/plugin.h), for the components above ops
+// that the plugin implements (worker/nccl_communicator.cc); cast it to the plugin.h type of that
+// name. UNAVAILABLE when the plugin cannot be loaded or fullband was built without CUDA (the
+// message says which), or when the plugin lacks `symbol`.
+StatusOr<void*> CudaPluginSymbol(const char* symbol);
+
 }  // namespace fullband::ops

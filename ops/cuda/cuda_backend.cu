@@ -108,6 +108,9 @@ class CudaBackend final : public Backend {
   double SumSquares(Tensor x) override;
   void Scale(Tensor x, float alpha) override;
 
+  int device_index() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
  private:
   explicit CudaBackend(int device) : device_(device) {}
 
@@ -658,6 +661,14 @@ void CudaBackend::Scale(Tensor x, float alpha) {
 
 StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index) {
   return CudaBackend::Create(device_index);
+}
+
+StatusOr<CudaBackendStream> CudaBackendStreamOf(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    return InvalidArgumentError("backend " + backend.name() + " is not a CUDA backend");
+  }
+  return CudaBackendStream{cuda->device_index(), cuda->stream()};
 }
 
 bool CudaDeviceAvailable() {

@@ -20,4 +20,13 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index);
 // True when the CUDA runtime sees at least one device. Never fails, never aborts.
 bool CudaDeviceAvailable();
 
+// The GPU and the stream of a backend made by CreateCudaBackend, for the parts of the plugin
+// that enqueue work in order with its ops (ops/cuda/nccl_communicator.cc). Valid while the
+// backend lives. INVALID_ARGUMENT when `backend` is not a CUDA backend of this plugin.
+struct CudaBackendStream {
+  int device = 0;
+  void* stream = nullptr;  // its cudaStream_t
+};
+StatusOr<CudaBackendStream> CudaBackendStreamOf(Backend& backend);
+
 }  // namespace fullband::ops
