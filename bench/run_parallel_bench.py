@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""Data-parallel throughput on this machine, baseline in the same run (docs/PERF.md).
+"""Tensor- and data-parallel throughput on this machine, baseline in the same run
+(docs/PERF.md).
 
 For K = 1 and K = 3 on the `small` model of bench/train_step.cc (V = 100,352, D = 512, L = 8,
-H = 8, T = 512, global batch 4), trains --steps steps three ways, interleaved --rounds times:
-  one rank with 2 threads (`fullband train`, the baseline),
-  DP2: `mpirun -np 2 fullband train` with 1 thread per rank, ZeRO-1 off and on,
-and prints one JSON line per K with the median tokens/s of the steps after the first two, the
-ratios to one rank, the median fraction of the gradient bytes whose all-reduce completed before
-backward ended (hidden), and the median time waited for the reduction after backward. Then
-allreduce_bench's lines at 4 MiB (a bucket) and at the gradients' size.
+H = 8, T = 512, global batch 4), trains --steps steps these ways, interleaved --rounds times:
+  one: one rank with 2 threads (`fullband train`, the baseline),
+  dp2, dp2_zero1: `mpirun -np 2 fullband train` with 1 thread per rank, ZeRO-1 off and on,
+  tp2: `mpirun -np 2 fullband train` with parallel.tp 2, 1 thread per rank,
+(--layouts picks some; the baseline always runs) and prints one JSON line per K with the
+median tokens/s of the steps after the first two, the ratios to one rank, and for dp2 the
+median fraction of the gradient bytes whose all-reduce completed before backward ended
+(hidden) and the median time waited for the reduction after backward. Then allreduce_bench's
+lines at 4 MiB (a bucket) and at the gradients' size.
 
-usage: bench/run_dp_bench.py [--build build] [--steps 6] [--rounds 2]
+usage: bench/run_parallel_bench.py [--build build] [--steps 6] [--rounds 2]
+                                   [--layouts dp2,dp2_zero1,tp2] [--no-allreduce]
 """
 import argparse, json, os, random, re, statistics, struct, subprocess, sys, tempfile
 
@@ -19,10 +23,15 @@ MODEL = ("{vocab_size: 100352, eod_id: 100351, d_model: 512, n_layers: 8, n_head
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def config(path, tokens, k, dp, threads, steps, zero1):
+# name: (tp, dp, threads per rank, zero1)
+LAYOUTS = {"one": (1, 1, 2, "false"), "dp2": (1, 2, 1, "false"), "dp2_zero1": (1, 2, 1, "true"),
+           "tp2": (2, 1, 1, "false")}
+
+
+def config(path, tokens, k, tp, dp, threads, steps, zero1):
     with open(path, "w") as f:
         f.write(f"""model: {MODEL}
-parallel: {{dp: {dp}, zero1: {zero1}}}
+parallel: {{tp: {tp}, dp: {dp}, zero1: {zero1}}}
 data: {{path: {tokens}, batch_size: 4, seq_len: 512}}
 optim: {{warmup_steps: 1}}
 schedule: {{steps: {steps}, phases: [{{until: 1.0, mix: {{{k}: 1.0}}}}]}}
@@ -43,7 +52,13 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layouts", default="dp2,dp2_zero1,tp2")
+    ap.add_argument("--no-allreduce", action="store_true")
     a = ap.parse_args()
+    names = ["one"] + [n for n in a.layouts.split(",") if n]
+    for n in names:
+        if n not in LAYOUTS:
+            sys.exit(f"--layouts: unknown layout {n!r}; known: {', '.join(LAYOUTS)}")
     fullband = os.path.join(a.build, "cli", "fullband")
     tmp = tempfile.mkdtemp()
     tokens = os.path.join(tmp, "tokens.bin")
@@ -52,16 +67,17 @@ def main():
         f.write(struct.pack("<%dI" % (1 << 20), *(rng.randrange(100351) for _ in range(1 << 20))))
     grad_mb = None
     for k in (1, 3):
-        tps = {"one": [], "dp2": [], "dp2_zero1": []}
+        tps = {name: [] for name in names}
         exposed, hidden = [], []
         for _ in range(a.rounds):
-            for name, dp, threads, zero1 in (("one", 1, 2, "false"), ("dp2", 2, 1, "false"),
-                                             ("dp2_zero1", 2, 1, "true")):
+            for name in names:
+                tp, dp, threads, zero1 = LAYOUTS[name]
                 c = os.path.join(tmp, name + ".yaml")
-                config(c, tokens, k, dp, threads, a.steps, zero1)
+                config(c, tokens, k, tp, dp, threads, a.steps, zero1)
                 cmd = [fullband, "train", c, "--json"]
-                if dp > 1:
-                    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(dp)] + cmd
+                if tp * dp > 1:
+                    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
+                           str(tp * dp)] + cmd
                 rows, params = run(cmd, {**MPI_ENV, "OMP_NUM_THREADS": str(threads)})
                 tps[name] += [r["tokens_per_s"] for r in rows]
                 if name == "one":
@@ -70,14 +86,18 @@ def main():
                     exposed += [r["comm_exposed_s"] for r in rows]
                     hidden += [r["comm_hidden"] for r in rows]
         med = {name: statistics.median(v) for name, v in tps.items()}
-        print(json.dumps({"bench": "dp", "model": "small", "passes": k,
-                          "one_rank_2_threads_tokens_per_s": med["one"],
-                          "dp2_tokens_per_s": med["dp2"], "ratio": med["dp2"] / med["one"],
-                          "dp2_zero1_tokens_per_s": med["dp2_zero1"],
-                          "zero1_ratio": med["dp2_zero1"] / med["one"],
-                          "dp2_hidden_fraction": statistics.median(hidden),
-                          "dp2_exposed_reduction_s": statistics.median(exposed)}))
+        line = {"bench": "parallel", "model": "small", "passes": k,
+                "one_rank_2_threads_tokens_per_s": med["one"]}
+        for name in names[1:]:
+            line[name + "_tokens_per_s"] = med[name]
+            line[name + "_ratio"] = med[name] / med["one"]
+        if hidden:
+            line["dp2_hidden_fraction"] = statistics.median(hidden)
+            line["dp2_exposed_reduction_s"] = statistics.median(exposed)
+        print(json.dumps(line))
         sys.stdout.flush()
+    if a.no_allreduce:
+        return
     ar = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2",
                          os.path.join(a.build, "bench", "allreduce_bench"), "--mb",
                          f"4,{grad_mb}", "--reps", "7"], env={**os.environ, **MPI_ENV},
