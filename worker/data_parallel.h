@@ -26,8 +26,8 @@ namespace fullband::worker {
 
 class GradientReducer {
  public:
-  // `grads` is the gradient arena carved by `table` (host memory: the MPI communicator reads
-  // it); `dp` and `table` outlive the reducer.
+  // `grads` is the gradient arena carved by `table`, in the memory `dp` reduces (the backend's:
+  // MPI on the CPU, NCCL on CUDA); `dp` and `table` outlive the reducer.
   GradientReducer(const ParameterTable& table, float* grads, Communicator* dp,
                   int64_t bucket_bytes);
 

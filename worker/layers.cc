@@ -28,9 +28,14 @@ void CopyTensor(Backend& be, Tensor dst, Tensor src) {
   be.Copy(dst.data, src.data, src.bytes());
 }
 
-void TpGroup::Sum(void* data, int64_t count, CommType type) {
+void TpGroup::Sum(Tensor x) {
   if (size() == 1 || !status_.ok()) return;
-  status_ = comm_->AllReduce(data, count, type, ReduceOp::kSum);
+  status_ = device_->AllReduce(x.data, x.numel(), CommType::kF32, ReduceOp::kSum);
+}
+
+void TpGroup::SumHost(void* data, int64_t count, CommType type) {
+  if (size() == 1 || !status_.ok()) return;
+  status_ = host_->AllReduce(data, count, type, ReduceOp::kSum);
 }
 
 void TpGroup::Gather(const void* in, void* out, int64_t count, CommType type) {
@@ -38,7 +43,7 @@ void TpGroup::Gather(const void* in, void* out, int64_t count, CommType type) {
     std::memcpy(out, in, count * CommTypeSize(type));
     return;
   }
-  if (status_.ok()) status_ = comm_->AllGather(in, out, count, type);
+  if (status_.ok()) status_ = host_->AllGather(in, out, count, type);
 }
 
 Dims MakeDims(const ModelConfig& m, int64_t b, int64_t t, TpGroup* tp) {

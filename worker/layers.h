@@ -35,23 +35,27 @@ LayerParams ViewLayer(const ParameterTable& table, const ModelConfig& cfg, float
                       ops::Device device, int64_t l);
 
 // The tensor-parallel group of a model (none: one rank): the sums the layers and the readout
-// need, in place on the backend's memory. A failed sum is kept and the later ones skipped, so
-// the step runs to its end and returns the first error (the group is then unusable).
+// need, in place. `device` reduces the backend's memory, `host` host memory (the same
+// communicator on the CPU; NCCL and MPI on CUDA). A failed collective is kept and the later
+// ones skipped, so the step runs to its end and returns the first error (the group is then
+// unusable).
 class TpGroup {
  public:
-  explicit TpGroup(Communicator* comm) : comm_(comm) {}
-  int size() const { return comm_ == nullptr ? 1 : comm_->size(); }
-  int rank() const { return comm_ == nullptr ? 0 : comm_->rank(); }
-  // x summed over the group (a no-op alone).
-  void Sum(Tensor x) { Sum(x.data, x.numel(), CommType::kF32); }
-  void Sum(void* data, int64_t count, CommType type);
+  TpGroup(Communicator* device, Communicator* host) : device_(device), host_(host) {}
+  int size() const { return host_ == nullptr ? 1 : host_->size(); }
+  int rank() const { return host_ == nullptr ? 0 : host_->rank(); }
+  // x (the backend's memory) summed over the group (a no-op alone).
+  void Sum(Tensor x);
+  // The same for host memory.
+  void SumHost(void* data, int64_t count, CommType type);
   // `count` elements of every rank, rank r's at out + r·count (host memory).
   void Gather(const void* in, void* out, int64_t count, CommType type);
   const Status& status() const { return status_; }
   void ClearStatus() { status_ = OkStatus(); }
 
  private:
-  Communicator* comm_;
+  Communicator* device_;
+  Communicator* host_;
   Status status_;
 };
 

@@ -141,7 +141,8 @@ Status CheckTensorParallel(const ModelConfig& m, int tp) {
 Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const ModelShape& shape,
-                                               Backend* backend, Communicator* tp) {
+                                               Backend* backend, Communicator* tp,
+                                               Communicator* tp_device) {
   FB_RETURN_IF_ERROR(config.Validate());
   const int tp_size = tp == nullptr ? 1 : tp->size();
   FB_RETURN_IF_ERROR(CheckTensorParallel(config, tp_size));
@@ -158,7 +159,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
   Impl& im = *model->impl_;
   im.config = &model->config_;
   im.local = LocalConfig(config, tp_size);
-  im.tp.emplace(tp);
+  im.tp.emplace(tp_device == nullptr ? tp : tp_device, tp);
   im.vocab_begin = im.local.vocab_size * (tp == nullptr ? 0 : tp->rank());
   im.be = backend;
   im.shape = shape;
@@ -221,6 +222,8 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config, const 
 }
 
 size_t Model::activation_bytes() const { return impl_->acts->capacity(); }
+
+ops::Shape Model::readout_block() const { return impl_->s.logits.shape; }
 
 Tensor Model::Param(const ParamSpec& spec) const {
   return ViewOf(spec, params_all_.f32(), backend_->device());
@@ -480,8 +483,8 @@ void Model::Impl::Forward(const StepState& st, StepResult& result) {
         *be, s.h, embed, s.targets, st.shard_targets.data(), static_cast<int32_t>(cfg.ignore_id),
         {s.logits, s.row_loss, s.row_lse}, ce_scale, z_scale, options.backward ? p.dh : Tensor(),
         options.backward ? d_embed : Tensor(), combine);
-    tp->Sum(&sums.ce_sum, 1, CommType::kF64);  // each shard's rows of its targets
-    if (options.backward) tp->Sum(p.dh);       // each shard's part of the gradient
+    tp->SumHost(&sums.ce_sum, 1, CommType::kF64);  // each shard's rows of its targets
+    if (options.backward) tp->Sum(p.dh);           // each shard's part of the gradient
     const double ce = den ? sums.ce_sum / den : 0.0;
     const double z = den ? sums.z_sum / den : 0.0;
     result.pass_ce.push_back(ce);

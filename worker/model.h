@@ -77,9 +77,11 @@ class Model {
  public:
   // Validates the config and shape, builds the table and allocates every arena. With `tp` (a
   // group of more than one rank, outliving the model) the model is this rank's tensor-parallel
-  // share (docs/PARALLEL.md): every rank of the group steps the same batch together.
+  // share (docs/PARALLEL.md): every rank of the group steps the same batch together. `tp`
+  // reduces host memory; `tp_device` (default: `tp`) the backend's, over the same ranks.
   static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config, const ModelShape& shape,
-                                                 ops::Backend* backend, Communicator* tp = nullptr);
+                                                 ops::Backend* backend, Communicator* tp = nullptr,
+                                                 Communicator* tp_device = nullptr);
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -117,6 +119,8 @@ class Model {
 
   // Bytes of the activation arena (for memory reports).
   size_t activation_bytes() const;
+  // The readout's logits scratch: (chunk rows, row pitch ≥ this rank's vocabulary rows).
+  ops::Shape readout_block() const;
 
  private:
   struct Impl;

@@ -10,6 +10,8 @@
 #include "common/schedule.h"
 #include "common/step_plan.h"
 #include "ops/backend.h"
+#include "worker/layers.h"
+#include "worker/nccl_communicator.h"
 
 namespace fullband::worker {
 namespace {
@@ -75,13 +77,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   t->plan_.emplace(std::move(plan));
   FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
   const Layout& layout = t->layout_;
-  if ((layout.tp > 1 || layout.dp > 1 || config.parallel.zero1) &&
-      backend->device() != ops::Device::kCpu) {
-    return UnimplementedError("parallel.tp > 1, parallel.dp > 1 or parallel.zero1 on " +
-                              std::string(ops::DeviceName(backend->device())) +
-                              ": the trainer's collectives run over the MPI communicator, which "
-                              "reduces host memory only");
-  }
   if (layout.tp > 1 && !config.runtime.save_to.empty()) {
     return InvalidArgumentError(
         "runtime.save_to: a tensor-parallel run holds the model in shares; save a checkpoint "
@@ -93,6 +88,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
     t->tp_ = t->tp_owned_.get();
     t->dp_ = t->dp_owned_.get();
   }
+  FB_RETURN_IF_ERROR(t->ConnectDevices());
   const int64_t rows = config.data.batch_size / t->layout_.dp;
   ModelShape shape;
   shape.max_batch = rows;
@@ -101,7 +97,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   shape.recompute = config.runtime.recompute;
   const bool zero1 = config.parallel.zero1;
   if (zero1) shape.param_multiple = 16 * t->layout_.dp;  // equal, aligned shards
-  FB_ASSIGN_OR_RETURN(t->model_, Model::Create(config.model, shape, backend, t->tp_));
+  FB_ASSIGN_OR_RETURN(t->model_,
+                      Model::Create(config.model, shape, backend, t->tp_, t->tp_device_));
   if (config.runtime.init_from.empty()) {
     t->model_->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
   } else {
@@ -110,8 +107,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   if (zero1) {
     t->shard_floats_ = t->model_->params().numel() / t->layout_.dp;
     t->shard_begin_ = t->layout_.dp_rank * t->shard_floats_;
-    t->grad_shard_.resize(t->shard_floats_);
-    t->param_shard_.resize(t->shard_floats_);
+    FB_ASSIGN_OR_RETURN(
+        ops::Arena arena,
+        ops::Arena::Create(backend, 2 * static_cast<size_t>(t->shard_floats_) * sizeof(float)));
+    t->shard_arena_.emplace(std::move(arena));
+    t->grad_shard_ = t->shard_arena_->TakeF32({t->shard_floats_});
+    t->param_shard_ = t->shard_arena_->TakeF32({t->shard_floats_});
   }
   FB_ASSIGN_OR_RETURN(t->optimizer_,
                       zero1 ? AdamW::Create(config.optim, t->model_->table(), backend,
@@ -119,7 +120,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
                             : AdamW::Create(config.optim, t->model_->table(), backend));
   if (t->layout_.dp > 1 && !zero1) {
     t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
-                                                    t->dp_, kBucketBytes);
+                                                    t->dp_device_, kBucketBytes);
   }
   Checkpointer::Options co;
   co.root = checkpoint_root;
@@ -210,25 +211,41 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
 // are all-gathered. Sums combine ranks in the same order as the all-reduce without ZeRO-1.
 StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_steps) {
   const int64_t s = shard_floats_;
-  FB_RETURN_IF_ERROR(dp_->ReduceScatter(model_->grads().f32(), grad_shard_.data(), s,
-                                        CommType::kF32, ReduceOp::kSum));
-  const ops::Tensor grads = ops::Tensor::F32(grad_shard_.data(), {s}, backend_->device());
+  FB_RETURN_IF_ERROR(dp_device_->ReduceScatter(model_->grads().f32(), grad_shard_.f32(), s,
+                                               CommType::kF32, ReduceOp::kSum));
   // Every rank of the world holds another part of the gradients (its TP share, its DP shard).
-  double squares = GradSquares(grads, shard_begin_);
+  double squares = GradSquares(grad_shard_, shard_begin_);
   FB_RETURN_IF_ERROR(comm_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
   const ops::Tensor params =
       ops::Tensor::F32(model_->params().f32() + shard_begin_, {s}, backend_->device());
   const OptimizerStats os =
-      optimizer_->StepRange(params, grads, step, total_steps, std::sqrt(squares));
-  std::copy(params.f32(), params.f32() + s, param_shard_.data());
+      optimizer_->StepRange(params, grad_shard_, step, total_steps, std::sqrt(squares));
+  CopyTensor(*backend_, param_shard_, params);
   FB_RETURN_IF_ERROR(
-      dp_->AllGather(param_shard_.data(), model_->params().f32(), s, CommType::kF32));
+      dp_device_->AllGather(param_shard_.f32(), model_->params().f32(), s, CommType::kF32));
   return os;
+}
+
+// On CUDA, NCCL communicators over the TP and DP groups' ranks carry the backend's buffers;
+// the MPI groups keep the host values (losses, counts, norms, the readout's log-sum-exps).
+Status Trainer::ConnectDevices() {
+  tp_device_ = tp_;
+  dp_device_ = dp_;
+  if (backend_->device() != ops::Device::kCuda || comm_->size() == 1) return OkStatus();
+  if (layout_.tp > 1) {
+    FB_ASSIGN_OR_RETURN(tp_nccl_, CreateNcclCommunicator(*tp_, *backend_));
+    tp_device_ = tp_nccl_.get();
+  }
+  if (layout_.dp > 1) {
+    FB_ASSIGN_OR_RETURN(dp_nccl_, CreateNcclCommunicator(*dp_, *backend_));
+    dp_device_ = dp_nccl_.get();
+  }
+  return OkStatus();
 }
 
 Communicator::Traffic Trainer::traffic() const {
   Communicator::Traffic sum = comm_->traffic();
-  for (const Communicator* c : {tp_owned_.get(), dp_owned_.get()}) {
+  for (const Communicator* c : {tp_owned_.get(), dp_owned_.get(), tp_nccl_.get(), dp_nccl_.get()}) {
     if (c == nullptr) continue;
     sum.all_reduce += c->traffic().all_reduce;
     sum.reduce_scatter += c->traffic().reduce_scatter;

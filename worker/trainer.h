@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "common/step_plan.h"
+#include "ops/arena.h"
 #include "ops/backend.h"
 #include "worker/batch_source.h"
 #include "worker/checkpointer.h"
@@ -81,10 +82,11 @@ StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int 
 class Trainer {
  public:
   // Builds the model and optimizer for `config` (validated) on `backend`, with `comm` the whole
-  // group (size tp × dp). Parameters are initialized (runtime.init_seed) or loaded
-  // (runtime.init_from) identically on every rank. Checkpoints are saved under
-  // `checkpoint_root` ("" = none) as config.checkpoint says. `backend` and `comm` outlive the
-  // trainer.
+  // group (size tp × dp; on CUDA the groups' device buffers go over NCCL communicators that
+  // Create makes over the same ranks: worker/nccl_communicator.h). Parameters are initialized
+  // (runtime.init_seed) or loaded (runtime.init_from) identically on every rank. Checkpoints are
+  // saved under `checkpoint_root` ("" = none) as config.checkpoint says. `backend` and `comm`
+  // outlive the trainer.
   static StatusOr<std::unique_ptr<Trainer>> Create(const Config& config, ops::Backend* backend,
                                                    Communicator* comm,
                                                    const std::string& checkpoint_root = "");
@@ -127,6 +129,8 @@ class Trainer {
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
   // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
   StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
+  // Sets tp_device_ and dp_device_ (Note in trainer.cc).
+  Status ConnectDevices();
   // Σ g² of `grads`, the arena's floats from `begin` on, as this rank's part of the global sum.
   double GradSquares(ops::Tensor grads, int64_t begin) const;
   // The training state after steps [0, steps_done).
@@ -143,6 +147,11 @@ class Trainer {
   Communicator* tp_ = nullptr;
   Communicator* dp_ = nullptr;
   std::unique_ptr<Communicator> tp_owned_, dp_owned_;
+  // The same groups for the backend's memory (gradients, parameters, activations): tp_ and dp_
+  // on the CPU, NCCL communicators over their ranks on CUDA.
+  Communicator* tp_device_ = nullptr;
+  Communicator* dp_device_ = nullptr;
+  std::unique_ptr<Communicator> tp_nccl_, dp_nccl_;
   Layout layout_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
@@ -151,9 +160,11 @@ class Trainer {
   std::optional<StepPlan> plan_;
   // The ledger of the steps before this run (those of the restored checkpoint).
   int64_t base_tokens_ = 0, base_token_equivalents_ = 0;
-  // ZeRO-1: this rank's shard of the arena, its summed gradients and a copy for the gather.
+  // ZeRO-1: this rank's shard of the arena, its summed gradients and a copy for the gather
+  // (the backend's memory).
   int64_t shard_begin_ = 0, shard_floats_ = 0;
-  std::vector<float> grad_shard_, param_shard_;
+  std::optional<ops::Arena> shard_arena_;
+  ops::Tensor grad_shard_, param_shard_;
   std::vector<int32_t> tokens_;
   double peak_gflops_ = 0;
   double flops_per_token_ = 0;

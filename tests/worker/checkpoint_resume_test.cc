@@ -279,12 +279,16 @@ TEST_F(CheckpointResumeTest, Reshard_TensorParallelToOtherLayouts) {
   ASSERT_EQ(alone.error, "");
   const Run saved = Train(MakeConfig(2, true, tp, /*tp=*/2), "", kHalf);
   ASSERT_EQ(saved.error, "");
-  // TP2 × DP2 + ZeRO-1's step-4 at one rank and at DP2, and one rank's step-4 at TP2: the next
-  // steps' losses agree with the one-rank run's within 1e-5.
+  const std::string z = dir_ + "/z";
+  ASSERT_EQ(Train(MakeConfig(2, true, z), "", kHalf).error, "");
+  // TP2 × DP2 + ZeRO-1's step-4 at one rank, at DP2 and at TP2, and one rank's and DP2 +
+  // ZeRO-1's at TP2: the next steps' losses agree with the one-rank run's within 1e-5.
   for (const auto& [config, from] :
        {std::pair{MakeConfig(1, false, dir_ + "/r1"), tp + "/step-4"},
         std::pair{MakeConfig(2, false, dir_ + "/r2"), tp + "/step-4"},
-        std::pair{MakeConfig(1, false, dir_ + "/r3", /*tp=*/2), one + "/step-4"}}) {
+        std::pair{MakeConfig(1, false, dir_ + "/r3", /*tp=*/2), tp + "/step-4"},
+        std::pair{MakeConfig(1, false, dir_ + "/r4", /*tp=*/2), one + "/step-4"},
+        std::pair{MakeConfig(1, false, dir_ + "/r5", /*tp=*/2), z + "/step-4"}}) {
     const Run r = Train(config, from);
     ASSERT_EQ(r.error, "");
     ASSERT_EQ(r.losses.size(), static_cast<size_t>(kHalf));

@@ -10,7 +10,9 @@
 #include <map>
 
 #include "checkpoint/safetensors.h"
+#include "ops/readout_loss.h"
 #include "tests/common/temp_dir.h"
+#include "worker/in_process_communicator.h"
 
 namespace fullband::worker {
 namespace {
@@ -29,6 +31,33 @@ ModelConfig SmallConfig() {
   m.full_attention_every = 2;
   m.eod_id = 96;
   return m;
+}
+
+TEST(Model, TensorParallelShare_HoldsItsVocabularyRowsOnly) {
+  // A rank of TP2 holds V/2 rows of the embedding and its readout's logits block is
+  // (chunk, pitch of V/2): no rank ever holds (tokens × V) logits (docs/PARALLEL.md).
+  auto backend = ops::CreateBackend({}).value();
+  ModelConfig cfg = SmallConfig();
+  cfg.vocab_size = 4096;
+  cfg.eod_id = 4095;
+  const ModelShape shape{4, 32, 2, Recompute::kNone};
+  std::vector<std::unique_ptr<Communicator>> tp2 = InProcessCommunicator::CreateGroup(2);
+  auto whole = Model::Create(cfg, shape, backend.get()).value();
+  auto share = Model::Create(cfg, shape, backend.get(), tp2[1].get()).value();
+  EXPECT_EQ(whole->readout_block().dims[1], ops::LogitsPitch(4096));
+  EXPECT_EQ(share->readout_block().dims[1], ops::LogitsPitch(2048));
+  EXPECT_LT(share->readout_block().dims[1], cfg.vocab_size);
+  const ParamSpec& embed = *share->table().Find("embed.weight");
+  EXPECT_EQ(embed.shape, (std::vector<int64_t>{2048, cfg.d_model}));
+  EXPECT_EQ(embed.box_offset, (std::vector<int64_t>{2048, 0}));
+  const ParamSpec& wo = *share->table().Find("layers.0.attn.wo.weight");
+  EXPECT_EQ(wo.shape, (std::vector<int64_t>{cfg.d_model, 2 * cfg.head_dim}));
+  EXPECT_EQ(wo.box_offset, (std::vector<int64_t>{0, 2 * cfg.head_dim}));
+  EXPECT_EQ(share->table().CountParameters(), whole->table().CountParameters());
+  cfg.ffn_dim = 41;  // two ranks cannot split it
+  const Status s = Model::Create(cfg, shape, backend.get(), tp2[0].get()).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("model.ffn_dim = 41"), std::string::npos) << s.ToString();
 }
 
 std::vector<int32_t> RandomTokens(int64_t b, int64_t t, int64_t v, int64_t eod, uint64_t seed) {
