@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch CPU baseline of one K-pass training step of the latent-feedback transformer.
 
-The same model (DESIGN.md Appendix A) and the same step as fullband's trainer (DESIGN.md §1):
+The same model (docs/MODEL.md) and the same step as fullband's trainer (docs/DESIGN.md §1):
 K passes over one batch, pass 1 on RMSNorm(e; norm_in), pass k >= 2 on RMSNorm(u; norm_in) with
 u = e at plain positions (segment starts + a random prefix per segment per pass) and
 u = (shift(h[k-1] + U(-jitter, jitter)) W_u^T) * sigmoid(RMSNorm(e; norm_g) W_g^T) elsewhere;
@@ -52,7 +52,7 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF_DIR = os.path.join(os.path.dirname(HERE), "tests", "reference")
 
-# DESIGN.md Appendix A defaults (the paper's 1B model); same table as tests/reference/model_ref.py.
+# docs/MODEL.md defaults (the paper's 1B model); same table as tests/reference/model_ref.py.
 DEFAULTS = dict(
     vocab_size=100352, d_model=1536, n_layers=24, n_heads=16, n_kv_heads=8, head_dim=96,
     ffn_dim=6656, max_seq_len=8192, rope_theta=10000.0, qk_norm=True, attn_gate=True,
@@ -88,7 +88,7 @@ def _bool(v, name):
 
 
 def load_yaml_config(path):
-    """FILE.yaml: `model:` section (Appendix A defaults for missing fields), optional
+    """FILE.yaml: `model:` section (docs/MODEL.md defaults for missing fields), optional
     `data: {batch_size, seq_len}` -> (model dict, B, T)."""
     with open(path) as f:
         doc = yaml.safe_load(f) or {}
@@ -136,7 +136,7 @@ rmsnorm = _RMSNorm.apply
 
 
 class Model(torch.nn.Module):
-    """Parameters of Appendix A, with wq|wk|wv|wgate and w1|w3 stored concatenated."""
+    """Parameters of docs/MODEL.md, with wq|wk|wv|wgate and w1|w3 stored concatenated."""
 
     def __init__(self, c, seed=0):
         super().__init__()
@@ -173,7 +173,7 @@ class Model(torch.nn.Module):
         self.w_u = mat(D, D, 1.0 / math.sqrt(D))
         self.norm_in = gain(D)
 
-    # Appendix A key <-> our parameter (slice)
+    # docs/MODEL.md key <-> our parameter (slice)
     def key_map(self):
         """-> list of (key, param, row_start, row_end) (row range None = whole tensor)."""
         c, out = self.c, [("embed.weight", self.embed, None, None)]

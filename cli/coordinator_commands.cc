@@ -1,4 +1,4 @@
-// The coordinator's commands (DESIGN Appendix B): `fullband coordinator` runs the service;
+// The coordinator's commands (README.md, "Command line"): `fullband coordinator` runs the service;
 // submit, status, watch and cancel talk to it through coordinator/client.h. The address,
 // token and CA come from --address/--token/--tls-ca, else FULLBAND_COORDINATOR /
 // FULLBAND_TOKEN / FULLBAND_TLS_CA, else 127.0.0.1:7070 in plaintext without a token.

@@ -1,5 +1,5 @@
-// fullband: the one command-line entry point (DESIGN Appendix B). Each subcommand parses its
-// flags, builds what it needs from a validated Config, runs, and exits non-zero with a one-line
+// fullband: the one command-line entry point (README.md, "Command line"). Each subcommand parses
+// its flags, builds what it needs from a validated Config, runs, and exits non-zero with a one-line
 // reason on bad input. `--help` lists only the subcommands that exist in this build.
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-// `fullband model init` and `fullband model grad` (DESIGN Appendix B): the single-process
+// `fullband model init` and `fullband model grad` (README.md, "Command line"): the single-process
 // entry points that let any implementation of the model be checked against this one.
 #include <cstdio>
 #include <cstring>
@@ -16,7 +16,7 @@ namespace {
 constexpr char kModelUsage[] =
     "usage:\n"
     "  fullband model init --config M.yaml --seed S --out W.safetensors\n"
-    "      Writes freshly initialized weights (DESIGN Appendix A init, seeded).\n"
+    "      Writes freshly initialized weights (docs/MODEL.md init, seeded).\n"
     "  fullband model grad --config M.yaml --weights W.safetensors --batch B.safetensors\n"
     "                      --passes K [--jitter X] [--mixin on|off] [--seed S]\n"
     "                      [--recompute none|selective|full] --out G.safetensors\n"

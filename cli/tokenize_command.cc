@@ -1,6 +1,6 @@
-// `fullband tokenize` (DESIGN Appendix B): the Phi-4 ids of stdin or a file, space-separated or
-// as JSON, and with --decode the bytes of ids. Exit 2 with one line on bad input (unreadable
-// file, bad ranks file, an id that is not a number or not in the vocabulary).
+// `fullband tokenize` (README.md, "Command line"): the Phi-4 ids of stdin or a file,
+// space-separated or as JSON, and with --decode the bytes of ids. Exit 2 with one line on bad input
+// (unreadable file, bad ranks file, an id that is not a number or not in the vocabulary).
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>

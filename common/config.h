@@ -1,6 +1,6 @@
 // Config: the one configuration aggregate of fullband, loaded from YAML and validated.
 //
-// Every field has a comment and its default (DESIGN Appendix A); the YAML keys are the field
+// Every field has a comment and its default (docs/MODEL.md); the YAML keys are the field
 // names. Loading rejects unknown keys, wrong types and out-of-range values with an
 // INVALID_ARGUMENT naming the field path and the value ("model.n_heads: 12 is not divisible
 // by model.n_kv_heads = 5"). A Config is passed by const&, never global.
@@ -28,7 +28,7 @@ std::string_view FeedbackLossName(FeedbackLoss v);
 std::string_view FeedbackStateName(FeedbackState v);
 std::string_view RecomputeName(Recompute v);
 
-// The unit a job's compute budget is counted in (DESIGN §1).
+// The unit a job's compute budget is counted in (docs/DESIGN.md §1).
 enum class BudgetKind { kTokens, kTokenEquivalents, kFlops };
 std::string_view BudgetKindName(BudgetKind v);  // tokens | token_equivalents | flops
 
@@ -36,7 +36,7 @@ std::string_view BudgetKindName(BudgetKind v);  // tokens | token_equivalents | 
 enum class LauncherKind { kLocal, kSlurm };
 std::string_view LauncherKindName(LauncherKind v);  // local | slurm
 
-// The latent-feedback transformer (DESIGN Appendix A); defaults are the paper's 1B model.
+// The latent-feedback transformer (docs/MODEL.md); defaults are the paper's 1B model.
 struct ModelConfig {
   int64_t vocab_size = 100352;       // V, padded Phi-4 vocabulary
   int64_t d_model = 1536;            // D
@@ -116,7 +116,7 @@ struct SchedulePhase {
   bool operator==(const SchedulePhase&) const = default;
 };
 
-// How many passes each step runs (DESIGN §1), drawn from a generator seeded by (seed, step)
+// How many passes each step runs (docs/DESIGN.md §1), drawn from a generator seeded by (seed, step)
 // so that a restarted job gets the same pass counts for the same steps.
 struct ScheduleConfig {
   int64_t steps = 1000;  // the budget of a single-process run, in steps
@@ -143,7 +143,7 @@ struct RuntimeConfig {
   bool operator==(const RuntimeConfig&) const = default;
 };
 
-// The layout of a job's ranks: world = tp × dp (DESIGN §4). tp must divide model.n_heads,
+// The layout of a job's ranks: world = tp × dp (docs/DESIGN.md §4). tp must divide model.n_heads,
 // model.n_kv_heads and model.vocab_size (checked by Config::Validate).
 struct ParallelConfig {
   int64_t tp = 1;      // tensor-parallel ranks per group (consecutive ranks, one node)
@@ -154,7 +154,7 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
-// Where and how often a job writes checkpoints (DESIGN §6).
+// Where and how often a job writes checkpoints (docs/DESIGN.md §6).
 struct CheckpointConfig {
   std::string dir;             // root of step-<N>/ directories ("" = the job's directory)
   int64_t every_steps = 1000;  // steps between checkpoints; 0 = only at the end

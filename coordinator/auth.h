@@ -1,7 +1,7 @@
 // Authenticator: bearer tokens with roles (admin, user, worker) and the authorization checks
-// of the coordinator's services (DESIGN §7; operators' view in docs/COORDINATOR.md "Access").
-// Errors: UNAUTHENTICATED for a missing, malformed or unknown token; PERMISSION_DENIED for a
-// known principal calling what its role or job does not allow. No message ever contains a
+// of the coordinator's services (docs/DESIGN.md §7; operators' view in docs/COORDINATOR.md
+// "Access"). Errors: UNAUTHENTICATED for a missing, malformed or unknown token; PERMISSION_DENIED
+// for a known principal calling what its role or job does not allow. No message ever contains a
 // token. Thread-safe: Authenticate may run on every RPC thread while tokens are minted,
 // registered, revoked or reloaded.
 #pragma once

@@ -1,5 +1,5 @@
-// Coordinator: the job logic of the coordinator (DESIGN §7) — state machine, leases, ledger,
-// budgets, heartbeats, failure handling — as plain C++: no gRPC, no proto on its interface.
+// Coordinator: the job logic of the coordinator (docs/DESIGN.md §7) — state machine, leases,
+// ledger, budgets, heartbeats, failure handling — as plain C++: no gRPC, no proto on its interface.
 // RpcHandler adapts it to the wire; tests drive it with a fake clock and launcher.
 //
 // Threading: every method is thread-safe (one mutex). Launcher calls run outside it, and only
@@ -43,8 +43,8 @@ enum class JobState {
 std::string_view JobStateName(JobState state);  // "PENDING", ...
 bool IsTerminal(JobState state);
 
-// Compute accounting of one job (DESIGN §1). Counted totals cover the steps counted since the
-// last rollback; wasted totals the steps a restart rolled back.
+// Compute accounting of one job (docs/DESIGN.md §1). Counted totals cover the steps counted since
+// the last rollback; wasted totals the steps a restart rolled back.
 struct Ledger {
   int64_t steps = 0;
   int64_t tokens = 0;

@@ -1,5 +1,5 @@
-// GrpcServer: the coordinator's gRPC transport (STYLE.md's outer layer) on the callback API.
-// The only file that includes grpcpp server headers and the only place a fullband Status
+// GrpcServer: the coordinator's gRPC transport (the outer layer, docs/DESIGN.md §7) on the callback
+// API. The only file that includes grpcpp server headers and the only place a fullband Status
 // becomes a grpc::Status. Every unary call runs the RpcHandler inline on a gRPC thread and
 // finishes once the store has made its writes durable (RpcHandler::AfterDurable), so no thread
 // blocks on the disk. WatchJob streams are fed by one poller thread. Standard gRPC health

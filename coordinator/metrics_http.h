@@ -1,8 +1,8 @@
 // PrometheusWriter (the text exposition format 0.0.4) and MetricsHttpServer, the small HTTP/1.1
-// server behind the coordinator's `/metrics` port (DESIGN §7; names in docs/COORDINATOR.md).
-// A writer is a plain value for one thread; a bad metric or label name is a programmer error
-// (FB_CHECK). The server answers one connection at a time on its own thread and calls
-// `render` there, so `render` must be safe to call from that thread.
+// server behind the coordinator's `/metrics` port (docs/DESIGN.md §7; names in
+// docs/COORDINATOR.md). A writer is a plain value for one thread; a bad metric or label name is a
+// programmer error (FB_CHECK). The server answers one connection at a time on its own thread and
+// calls `render` there, so `render` must be safe to call from that thread.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// RpcHandler: the proto adapter of the coordinator (STYLE.md's middle layer). It
+// RpcHandler: the proto adapter of the coordinator (the middle layer, docs/DESIGN.md §7). It
 // authenticates and authorizes the caller (auth.h), validates every request field
 // (INVALID_ARGUMENT naming the field), converts proto <-> the logic's types and calls the
 // Coordinator. It never includes gRPC: the transport hands it the `authorization` header and

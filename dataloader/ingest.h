@@ -1,5 +1,5 @@
 // Ingest: text files, JSONL files, directories and stdin → Phi-4 token ids → packed records of
-// S + 1 tokens in a RocksDB token store (DESIGN §5, dataloader/FORMAT.md).
+// S + 1 tokens in a RocksDB token store (docs/DESIGN.md §5, dataloader/FORMAT.md).
 //
 // Every document is followed by <|endoftext|>; documents flow across record boundaries and the
 // leftover tokens (the tail) stay in the store's metadata, where the next ingest continues them.

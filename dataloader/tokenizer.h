@@ -1,5 +1,5 @@
 // Tokenizer: the Phi-4 tokenizer — tiktoken's cl100k_base byte-level BPE ranks plus Phi-4's
-// special tokens, vocabulary padded to 100,352 (DESIGN §5). Encode gives the same ids as
+// special tokens, vocabulary padded to 100,352 (docs/DESIGN.md §5). Encode gives the same ids as
 // tiktoken for any input: text is split by the cl100k pattern (Note [cl100k split] in
 // tokenizer.cc), each piece is merged by rank, and bytes that are not valid UTF-8 are first
 // replaced by U+FFFD, one per maximal subpart. A loaded Tokenizer (about 10 MB) is immutable:

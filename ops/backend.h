@@ -1,5 +1,5 @@
 // ops::Backend: the op library's interface. One method pair (forward, backward) per op of the
-// model (DESIGN Appendix A), implemented by the CPU backend (ops/cpu/) and the CUDA backend
+// model (docs/MODEL.md), implemented by the CPU backend (ops/cpu/) and the CUDA backend
 // (ops/cuda/), and checked op by op against float64 references (tests/ops/).
 //
 // Conventions, for every op:
@@ -33,7 +33,7 @@ constexpr int32_t kOtherShard = INT32_MIN;
 
 struct AttentionOptions {
   // 0: plain causal attention. W > 0: query t sees key s only when t - W < s <= t
-  // (DESIGN Appendix A: "s <= t - W masked").
+  // (docs/MODEL.md: query t sees keys t − W < s ≤ t).
   int64_t window = 0;
   // Scale of q·k; 0 means 1/sqrt(Dh).
   float scale = 0.0f;
@@ -131,9 +131,9 @@ class Backend {
   // dx[b, t] = dout[b, t+1], dx[b, T-1] = 0. No alias.
   virtual void ShiftRightBackward(Tensor dx, Tensor dout) = 0;
 
-  // ---- Feedback mix (DESIGN §1): out[n] = plain[n] ? e[n] : value[n] ⊙ sigmoid(gate[n]), where
-  // value = shift(ĥ) W_uᵀ and gate = RMSNorm(e; norm_g) W_gᵀ are computed by the caller.
-  // out, value, gate, e (N, D); plain (N) u8, nonzero = plain position.
+  // ---- Feedback mix (docs/MODEL.md): out[n] = plain[n] ? e[n] : value[n] ⊙ sigmoid(gate[n]),
+  // where value = shift(ĥ) W_uᵀ and gate = RMSNorm(e; norm_g) W_gᵀ are computed by the caller. out,
+  // value, gate, e (N, D); plain (N) u8, nonzero = plain position.
   virtual void FeedbackMixForward(Tensor out, Tensor value, Tensor gate, Tensor e,
                                   Tensor plain) = 0;
   // dvalue, dgate, de (N, D) overwritten (zero where they do not contribute).

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // Under mpirun only rank 0 talks to the coordinator (DESIGN §2); the other ranks of this
+  // Under mpirun only rank 0 talks to the coordinator (docs/DESIGN.md §2); the other ranks of this
   // double have nothing to do.
   if (EnvInt("OMPI_COMM_WORLD_RANK", 0) != 0) return 0;
   const char* job = std::getenv("FULLBAND_JOB_ID");

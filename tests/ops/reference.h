@@ -1,5 +1,5 @@
 // Float64 reference implementations of every forward op in ops/backend.h, written straight from
-// the contract there and DESIGN Appendix A, naive loops with no shared code with the backends.
+// the contract there and docs/MODEL.md, naive loops with no shared code with the backends.
 // Gradients are never implemented here: tests take them by central finite differences of these
 // forwards (NumericalGradient), so a wrong reference forward cannot hide a wrong backward.
 // Layouts match backend.h: row-major, shape comments use N = B·T rows.

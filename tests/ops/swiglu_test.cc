@@ -68,7 +68,7 @@ TEST_P(SwiGluTest, Forward_VariousShapes_MatchesReference) {
   }
 }
 
-// The paper's 1B model: F = 6656 per token (Appendix A).
+// The paper's 1B model: F = 6656 per token (docs/MODEL.md).
 TEST_P(SwiGluTest, Forward_OneBillionConfigWidth_MatchesReference) {
   CheckForward(3, 6656, Normal(3 * 6656, 2.0f));
 }

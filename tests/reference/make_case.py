@@ -48,7 +48,7 @@ PRESETS = {
                         qk_norm=True, attn_gate=True, depth_scaling=False,
                         feedback_state="pre_norm", feedback_loss="sum", z_loss=1e-5,
                         pass1_input_norm=True),
-    "defaults": dict(),  # every switch at its Appendix A default (window 2048 > T, full every 6)
+    "defaults": dict(),  # every switch at its docs/MODEL.md default (window 2048 > T, full every 6)
     "random": None,      # every switch drawn from the seed
 }
 

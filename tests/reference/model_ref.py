@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Independent float64 PyTorch reference of the latent-feedback transformer.
 
-Written from the TEXT of docs DESIGN.md, Section 1 and Appendix A ("The model, exactly"),
+Written from the TEXT of docs/MODEL.md ("The latent-feedback model"),
 without reading the C++ implementation.  It is the oracle for `fullband model grad`
-(Appendix B): same weights + same batch -> same per-pass losses and gradients.
+(README.md, "Command line"): same weights + same batch -> same per-pass losses and gradients.
 
     model_ref.py grad --config M.yaml --weights W.safetensors --batch B.safetensors \
                       --passes K [--mixin-from G_IN.safetensors] --out G.safetensors
@@ -69,7 +69,7 @@ def st_write(path, tensors, metadata=None):
 
 
 # ----------------------------------------------------------------------------- config
-DEFAULTS = dict(  # Appendix A, the paper's 1B model
+DEFAULTS = dict(  # docs/MODEL.md, the paper's 1B model
     vocab_size=100352, d_model=1536, n_layers=24, n_heads=16, n_kv_heads=8, head_dim=96,
     ffn_dim=6656, max_seq_len=8192, rope_theta=10000.0, qk_norm=True, attn_gate=True,
     window=2048, full_attention_every=6, depth_scaling=True, eod_id=100257, ignore_id=-1,
@@ -110,7 +110,7 @@ def load_config(path):
 
 # ----------------------------------------------------------------------------- weights
 def weight_shapes(c):
-    """Appendix A key table: key -> shape, in table order."""
+    """docs/MODEL.md key table: key -> shape, in table order."""
     V, D, H, Hkv, Dh, F = (c[k] for k in ("vocab_size", "d_model", "n_heads", "n_kv_heads",
                                           "head_dim", "ffn_dim"))
     s = {"embed.weight": (V, D)}

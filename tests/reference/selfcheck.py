@@ -3,7 +3,7 @@
 
   1. safetensors round trip; config defaults / coercion.
   2. RoPE against a complex-number formulation; attention masks (window 1, window >= T).
-  3. A second, naive numpy reading of Appendix A (per position, per head loops, complex RoPE)
+  3. A second, naive numpy reading of docs/MODEL.md (per position, per head loops, complex RoPE)
      gives the same per-pass losses on every make_case preset, with random prefix masks.
   4. torch.autograd.gradcheck of a tiny K=3 model (fast mode over all weights, element by
      element over embed / final_norm / feedback.*); a directional finite difference of the
@@ -66,7 +66,7 @@ def run(c, W, tok, K, masks=None):
 
 # ----------------------------------------------------------------------------- naive reading
 def naive_losses(c, Wn, tokens, K, masks):
-    """Appendix A read again, loop by loop, in numpy. -> per-pass losses."""
+    """docs/MODEL.md read again, loop by loop, in numpy. -> per-pass losses."""
     V, D, L, H, Hkv, Dh = (c[k] for k in ("vocab_size", "d_model", "n_layers", "n_heads",
                                           "n_kv_heads", "head_dim"))
     rep, half = H // Hkv, Dh // 2
