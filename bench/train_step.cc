@@ -21,6 +21,7 @@
 #include "bench/bench_util.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "common/model_params.h"
 #include "common/random.h"
 #include "common/schedule.h"
 #include "ops/backend.h"
@@ -148,7 +149,7 @@ int Run(const std::vector<std::string>& args) {
   const double peak_rss_mib = PeakRssMib();
   double peak_gflops = *peak;
   if (peak_gflops <= 0) peak_gflops = worker::MeasurePeakGflops(be);
-  const double flops = ModelFlopsPerToken(named->model, (*model)->table().CountParameters(), t) *
+  const double flops = ModelFlopsPerToken(named->model, ModelParameterCount(named->model), t) *
                        static_cast<double>(b * t * *passes);
   std::printf(
       "{\"impl\": \"fullband\", \"config\": \"%s\", \"passes\": %ld, \"recompute\": \"%s\", "

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/config.h"
+#include "common/model_params.h"
 #include "ops/backend.h"
 #include "worker/model.h"
 
@@ -40,7 +41,8 @@ Status Init(const Flags& flags) {
   model->InitParameters(static_cast<uint64_t>(seed));
   FB_RETURN_IF_ERROR(model->SaveParameters(out));
   std::printf("wrote %s: %ld parameters in %zu tensors\n", out.c_str(),
-              static_cast<long>(model->table().CountParameters()), model->table().specs().size());
+              static_cast<long>(ModelParameterCount(model->config())),
+              model->table().specs().size());
   return OkStatus();
 }
 

@@ -29,20 +29,6 @@ int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_
   return 1;
 }
 
-int64_t ModelParameterCount(const ModelConfig& m) {
-  const int64_t D = m.d_model, H = m.n_heads, Hkv = m.n_kv_heads, Dh = m.head_dim;
-  int64_t layer = D                     // attn_norm
-                  + H * Dh * D          // wq
-                  + 2 * Hkv * Dh * D    // wk, wv
-                  + D * H * Dh          // wo
-                  + D                   // ffn_norm
-                  + 3 * m.ffn_dim * D;  // w1, w3, w2
-  if (m.qk_norm) layer += 2 * Dh;
-  if (m.attn_gate) layer += H * D;
-  return m.vocab_size * D + m.n_layers * layer + D  // embed, layers, final_norm
-         + D + 2 * D * D + D;                       // feedback norm_g, w_g, w_u, norm_in
-}
-
 double ModelFlopsPerToken(const ModelConfig& m, int64_t num_params, int64_t seq_len) {
   double attention = 0;
   for (int64_t l = 0; l < m.n_layers; ++l) {

@@ -19,12 +19,9 @@ namespace fullband {
 // token, token-equivalent or FLOP budget (common/step_plan.h).
 int64_t PassesAtFraction(const ScheduleConfig& schedule, double fraction, int64_t step);
 
-// Number of parameters of the model (the weight table of docs/MODEL.md; tied embedding counted
-// once).
-int64_t ModelParameterCount(const ModelConfig& model);
-
 // Training FLOPs (forward + backward) per token per pass for sequences of `seq_len`:
-// 6·N (N = all parameters) + 12·L·H·Dh·(mean visible keys per query of each layer).
+// 6·N (N = all parameters: ModelParameterCount, common/model_params.h) + 12·L·H·Dh·(mean
+// visible keys per query of each layer).
 double ModelFlopsPerToken(const ModelConfig& model, int64_t num_params, int64_t seq_len);
 
 }  // namespace fullband

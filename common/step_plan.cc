@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/model_params.h"
 #include "common/random.h"
 #include "common/schedule.h"
 

@@ -14,24 +14,11 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/model_params.h"
 #include "common/status.h"
 #include "ops/tensor.h"
 
 namespace fullband::worker {
-
-// What a parameter is, for weight decay and initialization.
-enum class ParamKind {
-  kEmbedding,  // the tied embedding / readout table
-  kMatrix,     // a projection matrix
-  kNormGain,   // an RMSNorm gain
-};
-
-// How tensor parallelism splits a parameter.
-enum class TpSplit {
-  kReplicated,  // every rank holds it whole
-  kRows,        // rank r holds rows [r·R/tp, (r+1)·R/tp): QKV, the head gate, W1, W3, embedding
-  kColumns,     // rank r holds columns [r·C/tp, (r+1)·C/tp): the output projections Wo, W2
-};
 
 struct ParamSpec {
   std::string name;            // "layers.3.attn.wq.weight"
@@ -39,9 +26,6 @@ struct ParamSpec {
   std::vector<int64_t> global_shape;  // of the whole tensor (= shape when replicated)
   std::vector<int64_t> box_offset;    // where this rank's box starts in the whole tensor
   TpSplit split = TpSplit::kReplicated;
-  // Replicated, but each tensor-parallel rank's gradient is a part to be summed over the group:
-  // the q/k norm gains, shared by the heads that the ranks split.
-  bool tp_partial_grad = false;
   int64_t offset = 0;  // in floats, from the start of the arena
   int64_t numel = 0;
   ParamKind kind = ParamKind::kMatrix;
@@ -53,23 +37,20 @@ ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device)
 
 class ParameterTable {
  public:
-  // The table of docs/MODEL.md for a validated model config, as rank `tp_rank` of `tp`
-  // tensor-parallel ranks holds it (tp must divide what it splits: ModelConfig::Validate with
-  // parallel.tp checks).
+  // The table of ModelParameters (common/model_params.h) for a validated model config, as rank
+  // `tp_rank` of `tp` tensor-parallel ranks holds it (tp must divide what it splits:
+  // Config::Validate checks parallel.tp).
   static ParameterTable Build(const ModelConfig& config, int tp = 1, int tp_rank = 0);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int64_t total_numel() const { return total_; }
   // The spec named `name`, or nullptr.
   const ParamSpec* Find(const std::string& name) const;
-  // The number of parameters of the whole model (no padding), as counted for model FLOPs.
-  int64_t CountParameters() const;
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
 
  private:
-  void Add(std::string name, std::vector<int64_t> global_shape, ParamKind kind, double init_std,
-           TpSplit split = TpSplit::kReplicated);
+  void Add(const ParamDef& def);
 
   int tp_ = 1, tp_rank_ = 0;
   std::vector<ParamSpec> specs_;

@@ -7,6 +7,7 @@
 
 #include "checkpoint/sharded.h"
 #include "common/logging.h"
+#include "common/model_params.h"
 #include "common/schedule.h"
 #include "common/step_plan.h"
 #include "ops/backend.h"
@@ -133,7 +134,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   t->peak_gflops_ =
       config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
   t->flops_per_token_ =
-      ModelFlopsPerToken(config.model, t->model_->table().CountParameters(), config.data.seq_len);
+      ModelFlopsPerToken(config.model, ModelParameterCount(config.model), config.data.seq_len);
   return t;
 }
 
@@ -458,7 +459,7 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                                         cursor ? &*cursor : nullptr));
   const Model& m = trainer->model();
   if (comm->rank() == 0) {
-    FB_LOG(INFO) << "training " << m.table().CountParameters() << " parameters on "
+    FB_LOG(INFO) << "training " << ModelParameterCount(config.model) << " parameters on "
                  << backend->name() << " × " << comm->size() << " rank(s) (dp " << layout.dp
                  << "): " << data->description() << ", sequences of " << config.data.seq_len + 1
                  << ", global batch " << config.data.batch_size << ", " << plan.total_steps()

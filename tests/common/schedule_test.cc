@@ -6,6 +6,8 @@
 
 #include <map>
 
+#include "common/model_params.h"
+
 namespace fullband {
 namespace {
 

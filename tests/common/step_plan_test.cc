@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/model_params.h"
 #include "common/schedule.h"
 #include "tests/common/test_configs.h"
 

@@ -53,7 +53,6 @@ TEST(Model, TensorParallelShare_HoldsItsVocabularyRowsOnly) {
   const ParamSpec& wo = *share->table().Find("layers.0.attn.wo.weight");
   EXPECT_EQ(wo.shape, (std::vector<int64_t>{cfg.d_model, 2 * cfg.head_dim}));
   EXPECT_EQ(wo.box_offset, (std::vector<int64_t>{0, 2 * cfg.head_dim}));
-  EXPECT_EQ(share->table().CountParameters(), whole->table().CountParameters());
   cfg.ffn_dim = 41;  // two ranks cannot split it
   const Status s = Model::Create(cfg, shape, backend.get(), tp2[0].get()).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
