@@ -177,6 +177,38 @@ TEST_P(CrossEntropyTest, Backward_FullVocabulary_MatchesContractFormula) {
   EXPECT_TRUE(NearEach(Download(dlogits), want, kElementTol, 1e-12));
 }
 
+// A vocabulary shard (ops/backend.h, kOtherShard): a row whose target another shard holds gets
+// the local lse and loss 0 in forward, and in backward the softmax term only, with the given
+// (here: made-up global) lse; the other rows are unchanged.
+TEST_P(CrossEntropyTest, TargetOfAnotherShard_CountsTheRowWithoutTheOneHotTerm) {
+  const int64_t n = 3, v = 50;
+  const float ce_scale = 0.5f, z_scale = 0.1f;
+  const std::vector<float> logits = Normal(n * v, 1.5f);
+  const std::vector<int32_t> targets = {7, kOtherShard, kIgnore};
+  Tensor loss = Nans({n}), lse = Nans({n});
+  backend().CrossEntropyForward(loss, lse, Upload(logits, {n, v}), v, Upload(targets, {n}),
+                                kIgnore);
+  ref::Vec want_loss, want_lse;
+  ref::CrossEntropy(ToF64(logits), {7, 0, kIgnore}, n, v, kIgnore, &want_loss, &want_lse);
+  want_loss[1] = 0.0;
+  EXPECT_TRUE(NearEach(Download(lse), want_lse, kForwardTol, 0)) << "lse";
+  EXPECT_TRUE(NearEach(Download(loss), want_loss, kForwardTol, 1e-6)) << "loss";
+  const std::vector<float> global_lse = {static_cast<float>(want_lse[0]),
+                                         static_cast<float>(want_lse[1] + 0.7), 0.0f};
+  Tensor dlogits = Nans({n, v});
+  backend().CrossEntropyBackward(dlogits, Upload(logits, {n, v}), v, Upload(global_lse, {n}),
+                                 Upload(targets, {n}), ce_scale, z_scale, kIgnore);
+  ref::Vec want(n * v, 0.0);
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t j = 0; j < v; ++j) {
+      const double p = std::exp(logits[r * v + j] - static_cast<double>(global_lse[r]));
+      const double onehot = r == 0 && j == targets[0] ? 1.0 : 0.0;
+      want[r * v + j] = ce_scale * (p - onehot) + z_scale * 2 * global_lse[r] * p;
+    }
+  }
+  EXPECT_TRUE(NearEach(Download(dlogits), want, kElementTol, 1e-12));
+}
+
 // Rows ld > V apart: the same values as a contiguous block, and the padding between rows is
 // neither read (it holds NaN) nor written.
 TEST_P(CrossEntropyTest, RowPitch_MatchesContiguousAndLeavesThePaddingAlone) {

@@ -3,6 +3,7 @@
 // gradient, Note [Gradient accumulation]), with repeated ids summing up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -55,6 +56,33 @@ TEST_P(EmbeddingTest, Backward_RepeatedIds_AccumulatesIntoPrefilledTableGradient
         [&] { return ref::Dot(dout64, ref::Embedding(table64, ids, c.d)); }, &table64);
     EXPECT_TRUE(NearMax(Download(dtable), Plus(ToF64(prefill), grad), kBackwardTol));
   }
+}
+
+// The paper's 1B width (D = 1536) for 2,048 tokens over a vocabulary slice of 8,192 rows (the
+// whole 100,352 × 1536 table would be 617 MB), ids reaching its last row, many repeated; and
+// ids of another shard (kOtherShard, tensor parallelism) giving zero rows and no gradient.
+TEST_P(EmbeddingTest, OneBillionConfigWidth_ForwardAndBackwardMatchReference) {
+  const int64_t n = 2048, v = 8192, d = 1536;
+  const std::vector<float> table = Normal(v * d), dout = Normal(n * d);
+  std::vector<int32_t> ids = RandomIds(n, 0, static_cast<int32_t>(v));
+  ids[0] = static_cast<int32_t>(v - 1);
+  for (int64_t i = 1; i < n; i += 7) ids[i] = ids[i - 1];  // repeats
+  for (int64_t i = 3; i < n; i += 97) ids[i] = kOtherShard;
+  Tensor out = Nans({n, d});
+  backend().EmbeddingForward(out, Upload(table, {v, d}), Upload(ids, {n}));
+  std::vector<float> want(n * d, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] != kOtherShard) std::copy_n(table.begin() + ids[i] * d, d, want.begin() + i * d);
+  }
+  EXPECT_TRUE(BitwiseEqual(Download(out), want));
+  Tensor dtable = Full({v, d}, 0.0f);
+  backend().EmbeddingBackward(dtable, Upload(dout, {n, d}), Upload(ids, {n}));
+  ref::Vec want_dtable(v * d, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] == kOtherShard) continue;
+    for (int64_t j = 0; j < d; ++j) want_dtable[ids[i] * d + j] += dout[i * d + j];
+  }
+  EXPECT_TRUE(NearMax(Download(dtable), want_dtable, kBackwardTol));
 }
 
 TEST_P(EmbeddingTest, Backward_CalledTwice_AddsTwice) {

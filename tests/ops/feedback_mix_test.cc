@@ -4,6 +4,7 @@
 // overwritten, and exactly zero where they do not contribute.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -69,6 +70,32 @@ class FeedbackMixTest : public BackendTest {
   }
 };
 FB_INSTANTIATE_BACKEND_TEST_SUITE(FeedbackMixTest);
+
+// The paper's 1B width (D = 1536) over 512 tokens, forward against the reference; backward
+// against its closed form: de = dout on plain rows, dvalue = dout·σ(gate) and dgate =
+// dout·value·σ(1 − σ) elsewhere (finite differences would take minutes).
+TEST_P(FeedbackMixTest, OneBillionConfigWidth_ForwardAndBackwardMatchReference) {
+  const int64_t n = 512, d = 1536;
+  CheckForward(n, d, 0);
+  const std::vector<float> value = Normal(n * d), gate = Normal(n * d, 2.0f), dout = Normal(n * d);
+  const std::vector<uint8_t> plain = Flags(n, 0);
+  Tensor dvalue = Nans({n, d}), dgate = Nans({n, d}), de = Nans({n, d});
+  backend().FeedbackMixBackward(dvalue, dgate, de, Upload(dout, {n, d}), Upload(value, {n, d}),
+                                Upload(gate, {n, d}), Upload(plain, {n}));
+  ref::Vec want_dvalue(n * d, 0.0), want_dgate(n * d, 0.0), want_de(n * d, 0.0);
+  for (int64_t i = 0; i < n * d; ++i) {
+    const double g = dout[i], s = 1.0 / (1.0 + std::exp(-static_cast<double>(gate[i])));
+    if (plain[i / d] != 0) {
+      want_de[i] = g;
+    } else {
+      want_dvalue[i] = g * s;
+      want_dgate[i] = g * value[i] * s * (1.0 - s);
+    }
+  }
+  EXPECT_TRUE(NearMax(Download(dvalue), want_dvalue, kBackwardTol)) << "dvalue";
+  EXPECT_TRUE(NearMax(Download(dgate), want_dgate, kBackwardTol)) << "dgate";
+  EXPECT_TRUE(NearMax(Download(de), want_de, kBackwardTol)) << "de";
+}
 
 TEST_P(FeedbackMixTest, Forward_MixedPlainFlags_MatchesReference) {
   CheckForward(1, 24, 0);

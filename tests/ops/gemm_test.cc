@@ -272,5 +272,48 @@ TEST_P(GemmTest, LongK_NoTranspose_MatchesReference) {
   }
 }
 
+// The paper's 1B model (docs/MODEL.md: D = 1536, F = 6656, H·Dh = 1536, V = 100,352) in the
+// three forms the model uses — y = x Wᵀ, dx = dy W, dW += dyᵀ x — on 256 tokens: the FFN's up
+// and down projections and a readout chunk against 8,192 vocabulary rows. Every element of C
+// is computed; rows 0, m/2 and m − 1 of it are checked against float64 dot products (a whole
+// float64 reference would take seconds).
+TEST_P(GemmTest, OneBillionConfigShapes_SampledRowsMatchFloat64) {
+  struct Shape3 {
+    bool ta, tb;
+    int64_t m, n, k;
+    float beta;
+  };
+  for (const Shape3 s : {Shape3{false, true, 256, 6656, 1536, 0.0f},     // FFN up: x W1ᵀ
+                         Shape3{false, false, 256, 1536, 6656, 0.0f},    // FFN down, backward
+                         Shape3{true, false, 1536, 6656, 256, 1.0f},     // dW1 += dyᵀ x
+                         Shape3{false, true, 64, 8192, 1536, 0.0f}}) {  // readout chunk
+    SCOPED_TRACE(::testing::Message() << "trans_a=" << s.ta << " trans_b=" << s.tb << " m=" << s.m
+                                      << " n=" << s.n << " k=" << s.k);
+    const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+    const std::vector<float> a = Normal(s.m * s.k), b = Normal(s.k * s.n);
+    const std::vector<float> c0 =
+        s.beta == 0 ? std::vector<float>(s.m * s.n, kNaN) : Normal(s.m * s.n);
+    Tensor tc = Upload(c0, {s.m * s.n});
+    backend().Gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, Upload(a, {s.m * s.k}).f32(), lda,
+                   Upload(b, {s.k * s.n}).f32(), ldb, s.beta, tc.f32(), s.n);
+    const std::vector<float> c = Download(tc);
+    for (const int64_t row : {int64_t{0}, s.m / 2, s.m - 1}) {
+      std::vector<float> got(c.begin() + row * s.n, c.begin() + (row + 1) * s.n);
+      ref::Vec want(s.n);
+      for (int64_t j = 0; j < s.n; ++j) {
+        double acc = s.beta == 0 ? 0.0 : s.beta * static_cast<double>(c0[row * s.n + j]);
+        for (int64_t p = 0; p < s.k; ++p) {
+          const double x = s.ta ? a[p * lda + row] : a[row * lda + p];
+          const double y = s.tb ? b[j * ldb + p] : b[p * ldb + j];
+          acc += x * y;
+        }
+        want[j] = acc;
+      }
+      // k up to 6,656: the typical √k·ε error of a float32 sum, with margin (kGemmLongKTol).
+      EXPECT_TRUE(NearMax(got, want, kGemmLongKTol)) << "row " << row;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fullband::ops::test

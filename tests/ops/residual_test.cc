@@ -38,6 +38,22 @@ TEST_P(ResidualTest, Forward_VariousScales_AddsScaledBranchInPlace) {
   }
 }
 
+// The paper's 1B width (D = 1536) over 512 tokens, with its depth scaling 1/sqrt(24); the
+// backward against its closed form dbranch = scale·dx (finite differences would take minutes).
+TEST_P(ResidualTest, OneBillionConfigWidth_ForwardAndBackwardMatchReference) {
+  const int64_t n = 512, d = 1536;
+  const float scale = 1.0f / std::sqrt(24.0f);
+  const std::vector<float> x = Normal(n * d), branch = Normal(n * d), dx = Normal(n * d);
+  Tensor tx = Upload(x, {n, d});
+  backend().ResidualForward(tx, Upload(branch, {n, d}), scale);
+  EXPECT_TRUE(NearMax(Download(tx), ref::Residual(ToF64(x), ToF64(branch), scale), kForwardTol));
+  Tensor dbranch = Nans({n, d});
+  backend().ResidualBackward(dbranch, Upload(dx, {n, d}), scale);
+  ref::Vec want(dx.size());
+  for (size_t i = 0; i < dx.size(); ++i) want[i] = scale * static_cast<double>(dx[i]);
+  EXPECT_TRUE(NearMax(Download(dbranch), want, kBackwardTol));
+}
+
 TEST_P(ResidualTest, Backward_OverwritesDbranchAndLeavesDxUnchanged) {
   for (const Case c : {Case{1, 24}, Case{7, 40}, Case{33, 24}, Case{5, 100}}) {
     for (float scale : {1.0f / std::sqrt(24.0f), -0.5f}) {

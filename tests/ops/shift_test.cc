@@ -3,6 +3,7 @@
 // start as NaN so every element must be written; the backward by finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,25 @@ TEST_P(ShiftTest, Forward_VariousShapes_ShiftsWithinEachSequence) {
     backend().ShiftRightForward(out, Upload(x, {c.b, c.t, c.d}));
     EXPECT_TRUE(BitwiseEqual(Download(out), ToF32(ref::ShiftRight(ToF64(x), c.b, c.t, c.d))));
   }
+}
+
+// The paper's 1B width (D = 1536) on two sequences of 2,048 positions; the backward is the
+// shift to the left, checked exactly (it moves data only).
+TEST_P(ShiftTest, OneBillionConfigShape_ForwardAndBackwardAreExact) {
+  const int64_t b = 2, t = 2048, d = 1536;
+  const std::vector<float> x = Normal(b * t * d);
+  Tensor out = Nans({b, t, d});
+  backend().ShiftRightForward(out, Upload(x, {b, t, d}));
+  EXPECT_TRUE(BitwiseEqual(Download(out), ToF32(ref::ShiftRight(ToF64(x), b, t, d))));
+  Tensor dx = Nans({b, t, d});
+  backend().ShiftRightBackward(dx, Upload(x, {b, t, d}));
+  std::vector<float> want(x.size(), 0.0f);  // dx[b, t] = dout[b, t + 1], 0 at t = T − 1
+  for (int64_t i = 0; i < b; ++i) {
+    for (int64_t p = 0; p + 1 < t; ++p) {
+      std::copy_n(x.begin() + (i * t + p + 1) * d, d, want.begin() + (i * t + p) * d);
+    }
+  }
+  EXPECT_TRUE(BitwiseEqual(Download(dx), want));
 }
 
 TEST_P(ShiftTest, Backward_VariousShapes_MatchesFiniteDifferences) {
