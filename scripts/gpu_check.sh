@@ -2,7 +2,8 @@
 # GPU check, for a machine with an NVIDIA GPU: builds with CUDA, runs the op suite (every op on
 # CPU and CUDA against float64 references, which makes it the CUDA-vs-CPU parity suite), the
 # NCCL communicator against the in-process one (and across two ranks under mpirun where there
-# are two GPUs) and the op benchmarks on both backends. Writes logs to ${OUT:-gpu-check}/.
+# are two GPUs), a short training run on one GPU against the same run on the CPU, and the op
+# benchmarks on both backends. Writes logs to ${OUT:-gpu-check}/.
 # Aims for < 5 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +23,33 @@ if (($(nvidia-smi -L 2>/dev/null | wc -l) >= 2)); then
     mpirun --oversubscribe --bind-to none -np 2 build/tests/worker/nccl_communicator_test \
     --gtest_brief=1 2>&1 | tee "$out/nccl_communicator_test_np2.txt"
 fi
+# The trainer on one GPU: 8 steps with K = 1, 2, 3 of a small model; its per-pass losses must
+# match the CPU's run of the same config (1e-3 relative: cuBLAS and the CPU sum differently).
+python3 - "$out" <<'PY'
+import json, os, random, struct, subprocess, sys
+out = sys.argv[1]
+rng = random.Random(3)
+ids = [256 if rng.randrange(40) == 0 else rng.randrange(256) for _ in range(1 << 16)]
+open(f"{out}/tokens.bin", "wb").write(struct.pack("<%dI" % len(ids), *ids))
+runs = {}
+for device in ("cpu", "cuda"):
+    open(f"{out}/train-{device}.yaml", "w").write(f"""
+model: {{vocab_size: 260, eod_id: 256, d_model: 128, n_layers: 2, n_heads: 4, n_kv_heads: 2,
+        head_dim: 32, ffn_dim: 256, max_seq_len: 64, window: 16, full_attention_every: 2}}
+data: {{path: {out}/tokens.bin, batch_size: 8, seq_len: 64}}
+schedule: {{steps: 8, seed: 2, phases: [{{until: 1.0, mix: {{1: 0.4, 2: 0.4, 3: 0.2}}}}]}}
+runtime: {{device: {device}, threads: 2, log_every: 1, peak_gflops: 1}}
+""")
+    p = subprocess.run(["build/cli/fullband", "train", f"{out}/train-{device}.yaml", "--json"],
+                       capture_output=True, text=True)
+    open(f"{out}/train-{device}.log", "w").write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        sys.exit(f"fullband train on {device} failed: {p.stderr[-2000:]}")
+    runs[device] = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{") and '"step"' in l]
+for a, b in zip(runs["cpu"], runs["cuda"]):
+    for x, y in zip(a["pass_loss"], b["pass_loss"]):
+        assert abs(x - y) <= 1e-3 * abs(x), (a["step"], x, y)
+print("one GPU trains like the CPU:", len(runs["cuda"]), "steps")
+PY
 build/bench/ops_bench --device cuda 2>&1 | tee "$out/bench_cuda.jsonl"
 build/bench/ops_bench --quick 2>&1 | tee "$out/bench_cpu.jsonl"
