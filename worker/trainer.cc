@@ -83,13 +83,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
         "runtime.save_to: a tensor-parallel run holds the model in shares; save a checkpoint "
         "(checkpoint.dir) and write the whole model with `fullband ckpt export`");
   }
-  if (layout.tp > 1) {  // the groups of docs/PARALLEL.md: a TP group is consecutive ranks
-    FB_ASSIGN_OR_RETURN(t->tp_owned_, comm->Split(layout.dp_rank, layout.tp_rank));
-    FB_ASSIGN_OR_RETURN(t->dp_owned_, comm->Split(layout.tp_rank, layout.dp_rank));
-    t->tp_ = t->tp_owned_.get();
-    t->dp_ = t->dp_owned_.get();
-  }
-  FB_RETURN_IF_ERROR(t->ConnectDevices());
+  FB_RETURN_IF_ERROR(t->ConnectGroups());
   const int64_t rows = config.data.batch_size / t->layout_.dp;
   ModelShape shape;
   shape.max_batch = rows;
@@ -227,9 +221,17 @@ StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_step
   return os;
 }
 
-// On CUDA, NCCL communicators over the TP and DP groups' ranks carry the backend's buffers;
-// the MPI groups keep the host values (losses, counts, norms, the readout's log-sum-exps).
-Status Trainer::ConnectDevices() {
+// The TP and DP groups of docs/PARALLEL.md ("The layout"), cut from the world when tp > 1 (a
+// TP group is consecutive ranks). On CUDA, NCCL communicators over the same ranks carry the
+// backend's buffers; the MPI groups keep the host values (losses, counts, norms, the readout's
+// log-sum-exps).
+Status Trainer::ConnectGroups() {
+  if (layout_.tp > 1) {
+    FB_ASSIGN_OR_RETURN(tp_owned_, comm_->Split(layout_.dp_rank, layout_.tp_rank));
+    FB_ASSIGN_OR_RETURN(dp_owned_, comm_->Split(layout_.tp_rank, layout_.dp_rank));
+    tp_ = tp_owned_.get();
+    dp_ = dp_owned_.get();
+  }
   tp_device_ = tp_;
   dp_device_ = dp_;
   if (backend_->device() != ops::Device::kCuda || comm_->size() == 1) return OkStatus();

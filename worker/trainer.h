@@ -129,8 +129,8 @@ class Trainer {
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
   // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
   StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
-  // Sets tp_device_ and dp_device_ (Note in trainer.cc).
-  Status ConnectDevices();
+  // Makes the TP and DP groups, for host and device buffers.
+  Status ConnectGroups();
   // Σ g² of `grads`, the arena's floats from `begin` on, as this rank's part of the global sum.
   double GradSquares(ops::Tensor grads, int64_t begin) const;
   // The training state after steps [0, steps_done).
