@@ -436,6 +436,21 @@ Status SectionField(const char* section, const std::string& name, const std::str
 
 }  // namespace
 
+Status CheckTensorParallelSplit(const ModelConfig& model, int64_t tp) {
+  if (tp < 1) return SectionField("parallel", "tp", std::to_string(tp) + " must be >= 1");
+  for (const auto& [what, n] : {std::pair<const char*, int64_t>{"n_heads", model.n_heads},
+                                {"n_kv_heads", model.n_kv_heads},
+                                {"vocab_size", model.vocab_size},
+                                {"ffn_dim", model.ffn_dim}}) {
+    if (n % tp != 0) {
+      return SectionField(
+          "parallel", "tp",
+          std::to_string(tp) + " does not divide model." + what + " = " + std::to_string(n));
+    }
+  }
+  return OkStatus();
+}
+
 Status DataConfig::Validate() const {
   if (batch_size < 1)
     return SectionField("data", "batch_size", std::to_string(batch_size) + " must be >= 1");
@@ -620,19 +635,7 @@ Status Config::Validate() const {
   FB_RETURN_IF_ERROR(budget.Validate());
   FB_RETURN_IF_ERROR(launcher.Validate());
   FB_RETURN_IF_ERROR(runtime.Validate());
-  // The tensor-parallel split: heads, KV heads and the vocabulary are divided among tp ranks.
-  const auto divides = [&](const char* what, int64_t n) -> Status {
-    if (n % parallel.tp != 0) {
-      return SectionField("parallel", "tp",
-                          std::to_string(parallel.tp) + " does not divide model." + what + " = " +
-                              std::to_string(n));
-    }
-    return OkStatus();
-  };
-  FB_RETURN_IF_ERROR(divides("n_heads", model.n_heads));
-  FB_RETURN_IF_ERROR(divides("n_kv_heads", model.n_kv_heads));
-  FB_RETURN_IF_ERROR(divides("vocab_size", model.vocab_size));
-  FB_RETURN_IF_ERROR(divides("ffn_dim", model.ffn_dim));
+  FB_RETURN_IF_ERROR(CheckTensorParallelSplit(model, parallel.tp));
   // The data-parallel split: each of the dp groups trains on batch_size / dp sequences.
   if (data.batch_size % parallel.dp != 0) {
     return SectionField("data", "batch_size",

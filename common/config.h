@@ -144,7 +144,7 @@ struct RuntimeConfig {
 };
 
 // The layout of a job's ranks: world = tp × dp (docs/DESIGN.md §4). tp must divide model.n_heads,
-// model.n_kv_heads and model.vocab_size (checked by Config::Validate).
+// model.n_kv_heads, model.ffn_dim and model.vocab_size (checked by Config::Validate).
 struct ParallelConfig {
   int64_t tp = 1;      // tensor-parallel ranks per group (consecutive ranks, one node)
   int64_t dp = 1;      // data-parallel groups
@@ -153,6 +153,10 @@ struct ParallelConfig {
   Status Validate() const;
   bool operator==(const ParallelConfig&) const = default;
 };
+
+// INVALID_ARGUMENT naming the field unless `tp` tensor-parallel ranks can split `model`: its
+// heads, KV heads, FFN width and vocabulary (docs/PARALLEL.md).
+Status CheckTensorParallelSplit(const ModelConfig& model, int64_t tp);
 
 // Where and how often a job writes checkpoints (docs/DESIGN.md §6).
 struct CheckpointConfig {

@@ -119,16 +119,7 @@ namespace {
 
 // INVALID_ARGUMENT unless `tp` ranks can split `m` (docs/PARALLEL.md).
 Status CheckTensorParallel(const ModelConfig& m, int tp) {
-  for (const auto& [what, n] : {std::pair<const char*, int64_t>{"n_heads", m.n_heads},
-                                {"n_kv_heads", m.n_kv_heads},
-                                {"ffn_dim", m.ffn_dim},
-                                {"vocab_size", m.vocab_size}}) {
-    if (n % tp != 0) {
-      return InvalidArgumentError("model." + std::string(what) + " = " + std::to_string(n) +
-                                  " is not divisible by the " + std::to_string(tp) +
-                                  " tensor-parallel ranks (parallel.tp)");
-    }
-  }
+  FB_RETURN_IF_ERROR(CheckTensorParallelSplit(m, tp));
   if (m.ignore_id == ops::kOtherShard) {
     return InvalidArgumentError("model.ignore_id " + std::to_string(m.ignore_id) +
                                 " is reserved for vocabulary shards");
