@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/yaml_util.h"
 
 namespace fullband {
 namespace {
@@ -652,13 +653,7 @@ Status Config::Validate() const {
 }
 
 StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(std::string(source) + ":" + std::to_string(e.mark.line + 1) +
-                                ": not valid YAML: " + e.msg);
-  }
+  FB_ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(yaml_text, source));
   Config config;
   if (root.IsNull()) return config;  // empty file: all defaults
   if (!root.IsMap()) {

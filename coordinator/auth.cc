@@ -7,12 +7,12 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/logging.h"
+#include "common/yaml_util.h"
 #include "coordinator/metrics_http.h"
 
 namespace fullband::coordinator {
@@ -90,27 +90,18 @@ std::string_view RoleName(Role role) {
 }
 
 Status Authenticator::LoadTokensFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("tokens file " + path + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return InvalidArgumentError("tokens file " + path + ": read failed");
+  const StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext("tokens file");
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     FB_LOG(WARNING) << "tokens file " << path << " is readable by group or others; chmod 600 it";
   }
-  return LoadTokensYaml(text.str(), path);
+  return LoadTokensYaml(*text, path);
 }
 
 Status Authenticator::LoadTokensYaml(std::string_view yaml, std::string_view source) {
   const std::string where = "tokens file " + std::string(source);
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(where + ": not valid YAML (line " +
-                                std::to_string(e.mark.line + 1) + "): " + e.msg);
-  }
+  FB_ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(yaml, where));
   if (!root.IsMap()) return InvalidArgumentError(where + ": expected a mapping with `tokens`");
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>("");

@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/yaml_util.h"
 #include "coordinator/job_metrics.h"
 #include "coordinator/local_launcher.h"
 
@@ -106,13 +107,7 @@ class Reader {
 }  // namespace
 
 StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(std::string(source) + ":" + std::to_string(e.mark.line + 1) +
-                                ": not valid YAML: " + e.msg);
-  }
+  FB_ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(yaml, source));
   ServiceConfig c;
   if (root.IsNull()) return c;
   if (!root.IsMap()) return InvalidArgumentError(std::string(source) + ": expected a mapping");
