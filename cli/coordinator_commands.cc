@@ -137,16 +137,23 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
-// Streams the job's events; a terminal prints its line and returns 0 for COMPLETED.
+// Streams the job's events and returns 0 for COMPLETED. A terminal redraws its line on every
+// event; otherwise a line is printed when the job's state, its counted steps or its restarts
+// change (not for every heartbeat's new throughput).
 int WatchJob(JobClient& client, const std::string& id) {
   const bool tty = ::isatty(STDOUT_FILENO);
   proto::Job last;
+  bool printed = false;
   const Status s = client.Watch(id, [&](const proto::Job& job) {
+    const bool changed = !printed || job.state() != last.state() ||
+                         job.ledger().steps() != last.ledger().steps() ||
+                         job.restarts() != last.restarts();
     last = job;
     if (tty) {
       std::printf("\r\033[K%s", ProgressLine(job, true).c_str());
-    } else {
+    } else if (changed) {
       std::printf("%s\n", ProgressLine(job, false).c_str());
+      printed = true;
     }
     std::fflush(stdout);
     return true;
@@ -278,8 +285,9 @@ int RunWatch(const std::vector<std::string>& args) {
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
     std::printf(
         "usage: fullband watch JOB\n"
-        "  Follows the job: a progress bar of the budget on a terminal, one line per change\n"
-        "  otherwise. Exits 0 when the job completes, 1 when it fails or is cancelled.\n");
+        "  Follows the job: a progress bar of the budget on a terminal, otherwise one line\n"
+        "  per counted step and per change of state. Exits 0 when the job completes, 1 when\n"
+        "  it fails or is cancelled.\n");
     if (!flags.ok()) std::fprintf(stderr, "fullband watch: %s\n", flags.status().message().c_str());
     return flags.ok() && flags->Has("help") ? 0 : 2;
   }
