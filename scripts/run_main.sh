@@ -5,7 +5,7 @@
 #   - starts a local coordinator in build/demo/run: TLS certificates, a user token, its RocksDB
 #     store, /metrics (docs/COORDINATOR.md);
 #   - submits the job as that user (scripts/demo/make_job.py: DP2 over the two cores, a budget of
-#     471,040 token-equivalents, the 75/22/3 pass mix in the second half, a checkpoint every 25
+#     360,448 token-equivalents, the 75/22/3 pass mix in the second half, a checkpoint every 25
 #     steps) and follows it with `fullband watch`;
 #   - midway, kills worker rank 1 with SIGKILL, once, as a deliberate fault: the coordinator
 #     restarts the job from its last checkpoint by itself;
@@ -63,8 +63,8 @@ python3 scripts/demo/make_job.py scripts/demo/train.yaml "$run/job.yaml" \
 job=$($fullband submit "$run/job.yaml")
 echo "submitted $job ($run/job.yaml); its logs: $run/jobs/$job/"
 
-# The deliberate fault, in the background: once the job has counted 110 steps (its checkpoint
-# of step 100 is committed by then), SIGKILL to worker rank 1.
+# The deliberate fault, in the background: once the job has counted 85 of its about 155 steps
+# (its checkpoint of step 75 is committed by then), SIGKILL to worker rank 1.
 (
   while sleep 2; do
     # "<state> <counted steps>", or nothing when the coordinator did not answer (asked again)
@@ -74,7 +74,7 @@ j = json.load(sys.stdin)
 print(j["state"], j["ledger"].get("steps", 0))' 2> /dev/null) || continue
     [[ $now == JOB_STATE_RUNNING* ]] || [[ $now == JOB_STATE_LAUNCHING* ]] || exit 0
     steps=${now##* }
-    ((steps >= 110)) && break
+    ((steps >= 85)) && break
   done
   for p in $(pgrep -f "$fullband worker" || true); do
     env=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null || true)

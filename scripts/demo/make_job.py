@@ -25,7 +25,7 @@ def main():
     ap.add_argument("out_yaml")
     ap.add_argument("--fullband", required=True)
     ap.add_argument("--root", required=True, help="the directory the store paths are relative to")
-    ap.add_argument("--token-equivalents", type=int, default=471040)
+    ap.add_argument("--token-equivalents", type=int, default=360448)
     ap.add_argument("--checkpoint-every", type=int, default=25)
     ap.add_argument("--max-restarts", type=int, default=2)
     ap.add_argument("--backoff", type=float, default=3.0)
