@@ -226,21 +226,6 @@ Tensor Model::Grad(const ParamSpec& spec) const {
 
 void Model::ZeroGradients() { backend_->Zero(grads_all_); }
 
-namespace {
-
-// A parameter as a matrix: (rows, cols) of its whole tensor and where its box starts.
-struct Box2d {
-  int64_t rows, cols, row0, col0, box_rows, box_cols;
-};
-Box2d AsMatrix(const ParamSpec& spec) {
-  if (spec.shape.size() == 1) return {1, spec.global_shape[0], 0, 0, 1, spec.shape[0]};
-  FB_CHECK_EQ(spec.shape.size(), 2u) << spec.name;
-  return {spec.global_shape[0], spec.global_shape[1], spec.box_offset[0],
-          spec.box_offset[1],   spec.shape[0],        spec.shape[1]};
-}
-
-}  // namespace
-
 void Model::InitParameters(uint64_t seed) {
   // The whole tensor's values are drawn row by row, this rank's box kept, and uploaded through a
   // bounded host buffer: a whole (V, D) embedding on the host would add its size to the
@@ -249,7 +234,7 @@ void Model::InitParameters(uint64_t seed) {
   std::vector<float> row, host;
   for (const ParamSpec& spec : table_.specs()) {
     Rng rng = Rng::ForStream(seed, spec.name);
-    const Box2d b = AsMatrix(spec);
+    const MatrixBox b = AsMatrix(spec);
     float* dst = Param(spec).f32();
     row.resize(b.cols);
     host.clear();
@@ -280,11 +265,11 @@ Status Model::LoadParameters(const std::string& path) {
   for (const ParamSpec& spec : table_.specs()) {
     FB_ASSIGN_OR_RETURN(const checkpoint::SafetensorsFile::Entry* e,
                         file.Find(spec.name, checkpoint::StDType::kF32, spec.global_shape));
-    const Box2d b = AsMatrix(spec);
+    const MatrixBox b = AsMatrix(spec);
     const auto* whole = reinterpret_cast<const float*>(file.data(*e));
     float* dst = Param(spec).f32();
     for (int64_t r = 0; r < b.box_rows; ++r) {  // this rank's box, a row at a time
-      backend_->CopyFromHost(dst + r * b.box_cols, whole + (b.row0 + r) * b.cols + b.col0,
+      backend_->CopyFromHost(dst + r * b.box_cols, whole + b.WholeIndex(r),
                              b.box_cols * sizeof(float));
     }
   }

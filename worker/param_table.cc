@@ -41,6 +41,13 @@ ParameterTable ParameterTable::Build(const ModelConfig& m, int tp, int tp_rank) 
   return t;
 }
 
+MatrixBox AsMatrix(const ParamSpec& spec) {
+  if (spec.shape.size() == 1) return {1, spec.global_shape[0], 0, 0, 1, spec.shape[0]};
+  FB_CHECK_EQ(spec.shape.size(), 2u) << spec.name;
+  return {spec.global_shape[0], spec.global_shape[1], spec.box_offset[0],
+          spec.box_offset[1],   spec.shape[0],        spec.shape[1]};
+}
+
 ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device) {
   ops::Shape shape;
   for (int64_t d : spec.shape) shape.dims[shape.rank++] = d;

@@ -32,6 +32,16 @@ struct ParamSpec {
   double init_std = 0.0;  // N(0, init_std²) for matrices and the embedding; gains start at 1
 };
 
+// A parameter seen as a matrix (a vector is one row): its whole tensor is rows × cols, and this
+// rank's box is box_rows × box_cols from (row0, col0). Row i of the box is elements
+// [i·box_cols, (i+1)·box_cols) of the rank's tensor and starts at element WholeIndex(i) of the
+// whole tensor (row-major).
+struct MatrixBox {
+  int64_t rows, cols, row0, col0, box_rows, box_cols;
+  int64_t WholeIndex(int64_t i) const { return (row0 + i) * cols + col0; }
+};
+MatrixBox AsMatrix(const ParamSpec& spec);
+
 // The view of `spec` inside an arena carved by the table (parameters, gradients, moments).
 ops::Tensor ViewOf(const ParamSpec& spec, float* arena_base, ops::Device device);
 

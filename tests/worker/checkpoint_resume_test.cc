@@ -124,6 +124,40 @@ class CheckpointResumeTest : public ::testing::Test {
     return out;
   }
 
+  // Trains `config` from checkpoint `from` to the end: its steps' losses must be those of the
+  // one-rank run `alone` (which ran every step) within 1e-5.
+  void ExpectRestLikeAlone(const Run& alone, const Config& config, const std::string& from) {
+    SCOPED_TRACE(from + " at tp " + std::to_string(config.parallel.tp) + " × dp " +
+                 std::to_string(config.parallel.dp));
+    const Run r = Train(config, from);
+    ASSERT_EQ(r.error, "");
+    ASSERT_EQ(r.losses.size(), static_cast<size_t>(kHalf));
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      const std::vector<double>& want = alone.losses[kHalf + s];
+      ASSERT_EQ(r.losses[s].size(), want.size());
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_NEAR(r.losses[s][k], want[k], 1e-5 * std::abs(want[k]))
+            << "step " << kHalf + s << " pass " << k + 1;
+      }
+    }
+  }
+
+  // A one-rank trainer of the fixture's model with checkpoint `path` restored.
+  struct OneRank {
+    std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(1);
+    std::unique_ptr<ops::Backend> backend;
+    std::unique_ptr<Trainer> trainer;
+  };
+  std::unique_ptr<OneRank> RestoredAtOneRank(const std::string& path) const {
+    const Config c = MakeConfig(1, false, "");
+    auto one = std::make_unique<OneRank>();
+    one->backend = CreateRuntimeBackend(c.runtime).value();
+    one->trainer = Trainer::Create(c, one->backend.get(), one->group[0].get()).value();
+    const StatusOr<Trainer::Restored> r = one->trainer->Restore(path);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return one;
+  }
+
   std::string dir_, a_, b_;
 
  private:
@@ -238,37 +272,20 @@ TEST_F(CheckpointResumeTest, Reshard_DP2Zero1ToOneRankAndBack) {
   ASSERT_EQ(saved.error, "");
   // DP2 + ZeRO-1's step-4 at one rank, and one rank's step-4 at DP2 + ZeRO-1: the next steps'
   // losses agree with the one-rank run's within 1e-5.
-  for (const auto& [config, from] :
-       {std::pair{MakeConfig(1, false, dir_ + "/r1"), z + "/step-4"},
-        std::pair{MakeConfig(2, true, dir_ + "/r2"), one + "/step-4"}}) {
-    const Run r = Train(config, from);
-    ASSERT_EQ(r.error, "");
-    ASSERT_EQ(r.losses.size(), static_cast<size_t>(kHalf));
-    for (size_t s = 0; s < r.losses.size(); ++s) {
-      ASSERT_EQ(r.losses[s].size(), alone.losses[kHalf + s].size());
-      for (size_t k = 0; k < r.losses[s].size(); ++k) {
-        EXPECT_NEAR(r.losses[s][k], alone.losses[kHalf + s][k],
-                    1e-5 * std::abs(alone.losses[kHalf + s][k]))
-            << from << " step " << kHalf + s << " pass " << k + 1;
-      }
-    }
-  }
+  ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r1"), z + "/step-4");
+  ExpectRestLikeAlone(alone, MakeConfig(2, true, dir_ + "/r2"), one + "/step-4");
   // Loaded at one rank, the parameters and moments are bit for bit what the DP2 + ZeRO-1 group
   // held in memory when it saved them.
-  Config c1 = MakeConfig(1, false, "");
-  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(1);
-  auto be = CreateRuntimeBackend(c1.runtime);
-  auto t = Trainer::Create(c1, be->get(), group[0].get());
-  ASSERT_TRUE(t.ok());
-  ASSERT_TRUE((*t)->Restore(z + "/step-4").ok());
-  for (const ParamSpec& spec : (*t)->model().table().specs()) {
+  const std::unique_ptr<OneRank> loaded = RestoredAtOneRank(z + "/step-4");
+  Trainer* t = loaded->trainer.get();
+  for (const ParamSpec& spec : t->model().table().specs()) {
     const auto held = [&](const std::vector<float>& arena) {
       return std::vector<float>(arena.begin() + spec.offset,
                                 arena.begin() + spec.offset + spec.numel);
     };
-    const float* p = (*t)->model().params().f32() + spec.offset;
+    const float* p = t->model().params().f32() + spec.offset;
     EXPECT_EQ(std::vector<float>(p, p + spec.numel), held(saved.params)) << spec.name;
-    const float* v = (*t)->optimizer().v().f32() + spec.offset;
+    const float* v = t->optimizer().v().f32() + spec.offset;
     EXPECT_EQ(std::vector<float>(v, v + spec.numel), held(saved.moment_v)) << spec.name;
   }
 }
@@ -283,45 +300,25 @@ TEST_F(CheckpointResumeTest, Reshard_TensorParallelToOtherLayouts) {
   ASSERT_EQ(Train(MakeConfig(2, true, z), "", kHalf).error, "");
   // TP2 × DP2 + ZeRO-1's step-4 at one rank, at DP2 and at TP2, and one rank's and DP2 +
   // ZeRO-1's at TP2: the next steps' losses agree with the one-rank run's within 1e-5.
-  for (const auto& [config, from] :
-       {std::pair{MakeConfig(1, false, dir_ + "/r1"), tp + "/step-4"},
-        std::pair{MakeConfig(2, false, dir_ + "/r2"), tp + "/step-4"},
-        std::pair{MakeConfig(1, false, dir_ + "/r3", /*tp=*/2), tp + "/step-4"},
-        std::pair{MakeConfig(1, false, dir_ + "/r4", /*tp=*/2), one + "/step-4"},
-        std::pair{MakeConfig(1, false, dir_ + "/r5", /*tp=*/2), z + "/step-4"}}) {
-    const Run r = Train(config, from);
-    ASSERT_EQ(r.error, "");
-    ASSERT_EQ(r.losses.size(), static_cast<size_t>(kHalf));
-    for (size_t s = 0; s < r.losses.size(); ++s) {
-      ASSERT_EQ(r.losses[s].size(), alone.losses[kHalf + s].size());
-      for (size_t k = 0; k < r.losses[s].size(); ++k) {
-        EXPECT_NEAR(r.losses[s][k], alone.losses[kHalf + s][k],
-                    1e-5 * std::abs(alone.losses[kHalf + s][k]))
-            << from << " at tp " << config.parallel.tp << " × dp " << config.parallel.dp
-            << ", step " << kHalf + s << " pass " << k + 1;
-      }
-    }
-  }
+  ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r1"), tp + "/step-4");
+  ExpectRestLikeAlone(alone, MakeConfig(2, false, dir_ + "/r2"), tp + "/step-4");
+  ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r3", /*tp=*/2), tp + "/step-4");
+  ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r4", /*tp=*/2), one + "/step-4");
+  ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r5", /*tp=*/2), z + "/step-4");
   // Loaded at one rank, every tensor is bit for bit the boxes the TP ranks held in memory.
-  Config c1 = MakeConfig(1, false, "");
-  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(1);
-  auto be = CreateRuntimeBackend(c1.runtime);
-  auto t = Trainer::Create(c1, be->get(), group[0].get());
-  ASSERT_TRUE(t.ok());
-  ASSERT_TRUE((*t)->Restore(tp + "/step-4").ok());
-  const ParameterTable& whole = (*t)->model().table();
+  const std::unique_ptr<OneRank> loaded = RestoredAtOneRank(tp + "/step-4");
+  const Model& model = loaded->trainer->model();
   for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
-    const ParameterTable share = ParameterTable::Build(c1.model, 2, tp_rank);
+    const ParameterTable share = ParameterTable::Build(model.config(), 2, tp_rank);
     for (const ParamSpec& s : share.specs()) {
-      const ParamSpec& g = *whole.Find(s.name);
-      const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
-      const int64_t row0 = s.shape.size() == 2 ? s.box_offset[0] : 0, col0 = s.box_offset.back();
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* loaded =
-            (*t)->model().params().f32() + g.offset + (row0 + i) * g.shape.back() + col0;
-        const float* held = saved.rank_params[tp_rank].data() + s.offset + i * cols;
-        ASSERT_EQ(std::vector<float>(loaded, loaded + cols), std::vector<float>(held, held + cols))
-            << s.name << " row " << row0 + i << " of TP rank " << tp_rank;
+      const float* whole = model.params().f32() + model.table().Find(s.name)->offset;
+      const MatrixBox b = AsMatrix(s);
+      for (int64_t i = 0; i < b.box_rows; ++i) {
+        const float* row = whole + b.WholeIndex(i);
+        const float* held = saved.rank_params[tp_rank].data() + s.offset + i * b.box_cols;
+        ASSERT_EQ(std::vector<float>(row, row + b.box_cols),
+                  std::vector<float>(held, held + b.box_cols))
+            << s.name << " row " << b.row0 + i << " of TP rank " << tp_rank;
       }
     }
   }

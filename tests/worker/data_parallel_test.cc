@@ -133,11 +133,10 @@ std::vector<float> Assemble(const ModelConfig& m, const std::vector<RankRun>& ru
             << s.name << " differs between TP ranks " << first << " and " << first + r;
         continue;
       }
-      const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
-      const int64_t row0 = s.shape.size() == 2 ? s.box_offset[0] : 0, col0 = s.box_offset.back();
-      for (int64_t i = 0; i < rows; ++i) {
-        std::copy_n(runs[first + r].params.begin() + s.offset + i * cols, cols,
-                    out.begin() + g.offset + (row0 + i) * g.shape.back() + col0);
+      const MatrixBox b = AsMatrix(s);
+      for (int64_t i = 0; i < b.box_rows; ++i) {
+        std::copy_n(runs[first + r].params.begin() + s.offset + i * b.box_cols, b.box_cols,
+                    out.begin() + g.offset + b.WholeIndex(i));
       }
     }
   }

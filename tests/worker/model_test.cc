@@ -56,7 +56,8 @@ TEST(Model, TensorParallelShare_HoldsItsVocabularyRowsOnly) {
   cfg.ffn_dim = 41;  // two ranks cannot split it
   const Status s = Model::Create(cfg, shape, backend.get(), tp2[0].get()).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("does not divide model.ffn_dim = 41"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("does not divide model.ffn_dim = 41"), std::string::npos)
+      << s.ToString();
 }
 
 std::vector<int32_t> RandomTokens(int64_t b, int64_t t, int64_t v, int64_t eod, uint64_t seed) {
