@@ -92,6 +92,14 @@ class Communicator {
   struct Traffic {
     int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
     int64_t collectives = 0;
+    Traffic& operator+=(const Traffic& o) {
+      all_reduce += o.all_reduce;
+      reduce_scatter += o.reduce_scatter;
+      all_gather += o.all_gather;
+      broadcast += o.broadcast;
+      collectives += o.collectives;
+      return *this;
+    }
   };
   const Traffic& traffic() const { return traffic_; }
 

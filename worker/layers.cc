@@ -1,7 +1,6 @@
 #include "worker/layers.h"
 
 #include <cmath>
-#include <cstring>
 #include <string>
 
 namespace fullband::worker {
@@ -39,10 +38,7 @@ void TpGroup::SumHost(void* data, int64_t count, CommType type) {
 }
 
 void TpGroup::Gather(const void* in, void* out, int64_t count, CommType type) {
-  if (size() == 1) {
-    std::memcpy(out, in, count * CommTypeSize(type));
-    return;
-  }
+  FB_CHECK_GT(size(), 1) << "Gather of a tensor-parallel group of one rank";
   if (status_.ok()) status_ = host_->AllGather(in, out, count, type);
 }
 

@@ -48,7 +48,8 @@ class TpGroup {
   void Sum(Tensor x);
   // The same for host memory.
   void SumHost(void* data, int64_t count, CommType type);
-  // `count` elements of every rank, rank r's at out + r·count (host memory).
+  // `count` elements of every rank, rank r's at out + r·count (host memory; a group of two or
+  // more ranks).
   void Gather(const void* in, void* out, int64_t count, CommType type);
   const Status& status() const { return status_; }
   void ClearStatus() { status_ = OkStatus(); }

@@ -249,12 +249,7 @@ Status Trainer::ConnectGroups() {
 Communicator::Traffic Trainer::traffic() const {
   Communicator::Traffic sum = comm_->traffic();
   for (const Communicator* c : {tp_owned_.get(), dp_owned_.get(), tp_nccl_.get(), dp_nccl_.get()}) {
-    if (c == nullptr) continue;
-    sum.all_reduce += c->traffic().all_reduce;
-    sum.reduce_scatter += c->traffic().reduce_scatter;
-    sum.all_gather += c->traffic().all_gather;
-    sum.broadcast += c->traffic().broadcast;
-    sum.collectives += c->traffic().collectives;
+    if (c != nullptr) sum += c->traffic();
   }
   return sum;
 }
