@@ -114,8 +114,7 @@ std::vector<ck::PieceRef> Checkpointer::Pieces() const {
   std::vector<ck::PieceRef> out;
   const ParameterTable& table = model_->table();
   for (const ParamSpec& spec : table.specs()) {
-    // A replicated parameter is written by the ranks of tensor-parallel rank 0 only.
-    if (spec.split == TpSplit::kReplicated && table.tp_rank() != 0) continue;
+    if (!table.Owns(spec)) continue;  // a replicated parameter: TP rank 0's ranks write it
     const ck::TensorSlice s = SliceIn(spec, begin_, end_);
     if (s.numel() == 0) continue;
     const size_t at = static_cast<size_t>(spec.offset + s.begin - begin_);

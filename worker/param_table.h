@@ -58,6 +58,12 @@ class ParameterTable {
   const ParamSpec* Find(const std::string& name) const;
   int tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  // Whether this rank's copy of `spec` is the one that counts: every rank's share of a split
+  // parameter, TP rank 0's copy of a replicated one (what a checkpoint writes and the gradient
+  // norm sums, once).
+  bool Owns(const ParamSpec& spec) const {
+    return spec.split != TpSplit::kReplicated || tp_rank_ == 0;
+  }
 
  private:
   void Add(const ParamDef& def);

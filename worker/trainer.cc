@@ -261,7 +261,7 @@ double Trainer::GradSquares(ops::Tensor grads, int64_t begin) const {
   const int64_t end = begin + grads.numel();
   double squares = 0;
   for (const ParamSpec& spec : model_->table().specs()) {
-    if (spec.split == TpSplit::kReplicated && layout_.tp_rank != 0) continue;
+    if (!model_->table().Owns(spec)) continue;
     const int64_t b = std::max(begin, spec.offset), e = std::min(end, spec.offset + spec.numel);
     if (b >= e) continue;
     squares += backend_->SumSquares(
