@@ -1,16 +1,15 @@
 #include "checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/file_util.h"
 
 namespace fullband::checkpoint {
 namespace {
@@ -31,24 +30,6 @@ bool ParseDType(const std::string& s, StDType* out) {
     }
   }
   return false;
-}
-
-Status Errno(const std::string& what, const std::string& path) {
-  return InternalError(what + " " + path + ": " + std::strerror(errno));
-}
-
-Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write", path);
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -102,19 +83,9 @@ int64_t SafetensorsFile::Entry::numel() const {
   return n;
 }
 
-namespace {
-
-// Writes to fd, feeding the bytes to `state` (may be null).
-Status WriteHashed(int fd, const void* data, size_t bytes, XXH64_state_t* state,
-                   const std::string& path) {
-  if (state != nullptr) XXH64_update(state, data, bytes);
-  return WriteAll(fd, data, bytes, path);
-}
-
-}  // namespace
-
 Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>& tensors,
-                        const std::map<std::string, std::string>& metadata, StWritten* written) {
+                        const std::map<std::string, std::string>& metadata, StWritten* written,
+                        rocksdb::FileSystem* fs) {
   Json header = Json::object();
   size_t offset = 0;
   std::vector<size_t> sizes;
@@ -135,45 +106,38 @@ Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>&
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   const uint64_t header_len = text.size();
-  uint8_t len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(header_len >> (8 * i));
+  std::string head(8, '\0');  // the length word, then the header
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(header_len >> (8 * i));
+  head += text;
 
-  XXH64_state_t* file_state = written != nullptr ? XXH64_createState() : nullptr;
-  if (file_state != nullptr) XXH64_reset(file_state, 0);
+  // The hashes, when asked for, are computed from the bytes as they go out.
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> file_state(nullptr,
+                                                                               XXH64_freeState);
   if (written != nullptr) {
     *written = StWritten();
-    written->header_bytes = 8 + header_len;
-    XXH64_state_t* h = XXH64_createState();
-    XXH64_reset(h, 0);
-    XXH64_update(h, len_bytes, 8);
-    XXH64_update(h, text.data(), text.size());
-    written->header_xxh64 = XXH64_digest(h);
-    XXH64_freeState(h);
+    written->header_bytes = head.size();
+    written->header_xxh64 = XXH64(head.data(), head.size(), 0);
+    file_state.reset(XXH64_createState());
+    XXH64_reset(file_state.get(), 0);
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    XXH64_freeState(file_state);
-    return Errno("cannot create", tmp);
-  }
-  Status s = WriteHashed(fd, len_bytes, 8, file_state, tmp);
-  if (s.ok()) s = WriteHashed(fd, text.data(), text.size(), file_state, tmp);
-  uint64_t at = 8 + header_len;
-  for (size_t i = 0; i < tensors.size() && s.ok(); ++i) {
-    s = WriteHashed(fd, tensors[i].data, sizes[i], file_state, tmp);
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<DurableFile> file, DurableFile::Create(path, fs));
+  const auto write = [&](const void* data, size_t bytes) {
+    if (file_state != nullptr) XXH64_update(file_state.get(), data, bytes);
+    return file->Append(data, bytes);
+  };
+  FB_RETURN_IF_ERROR(write(head.data(), head.size()));
+  uint64_t bytes = head.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    FB_RETURN_IF_ERROR(write(tensors[i].data, sizes[i]));
     if (written != nullptr) written->tensor_xxh64.push_back(XXH64(tensors[i].data, sizes[i], 0));
-    at += sizes[i];
+    bytes += sizes[i];
   }
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno("close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("rename to", path);
-  if (!s.ok()) ::unlink(tmp.c_str());
+  FB_RETURN_IF_ERROR(file->Commit());
   if (written != nullptr) {
-    written->bytes = at;
-    written->xxh64 = XXH64_digest(file_state);
-    XXH64_freeState(file_state);
+    written->bytes = bytes;
+    written->xxh64 = XXH64_digest(file_state.get());
   }
-  return s;
+  return OkStatus();
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {

@@ -16,6 +16,10 @@
 
 #include "common/status.h"
 
+namespace rocksdb {
+class FileSystem;
+}  // namespace rocksdb
+
 namespace fullband::checkpoint {
 
 enum class StDType { kF32, kF64, kI32, kI64, kU8, kBF16, kF16 };
@@ -41,10 +45,12 @@ struct StWritten {
   std::vector<uint64_t> tensor_xxh64;
 };
 
-// `written` (optional) receives the hashes, computed from the bytes as they are written.
+// Writes `path` durably (common/file_util.h: a crash leaves the old file or the new one) through
+// `fs` (null: the POSIX file system). `written` (optional) receives the hashes, computed from the
+// bytes as they are written.
 Status WriteSafetensors(const std::string& path, const std::vector<StTensorRef>& tensors,
                         const std::map<std::string, std::string>& metadata = {},
-                        StWritten* written = nullptr);
+                        StWritten* written = nullptr, rocksdb::FileSystem* fs = nullptr);
 
 // A file read into memory. Tensors keep the file's order of data offsets.
 class SafetensorsFile {

@@ -1,6 +1,7 @@
 #include "checkpoint/sharded.h"
 
 #include <fcntl.h>
+#include <rocksdb/file_system.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -170,10 +171,9 @@ TensorSlice WholeTensor(const std::vector<int64_t>& shape) {
 }
 
 StatusOr<ShardFile> WriteShard(const std::string& temp_dir, int rank,
-                               const std::vector<PieceRef>& pieces) {
-  std::error_code ec;
-  fs::create_directories(temp_dir, ec);
-  if (ec) return InternalError("cannot create " + temp_dir + ": " + ec.message());
+                               const std::vector<PieceRef>& pieces,
+                               rocksdb::FileSystem* file_system) {
+  FB_RETURN_IF_ERROR(CreateDirectoriesDurably(temp_dir, file_system));
   std::vector<StTensorRef> refs;
   for (const PieceRef& p : pieces) {
     refs.push_back({p.tensor, StDType::kF32, StoredShape(p.slice), p.data});
@@ -183,7 +183,8 @@ StatusOr<ShardFile> WriteShard(const std::string& temp_dir, int rank,
   record.rank = rank;
   StWritten written;
   FB_RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/" + record.file, refs,
-                                      {{"format", "pt"}, {"producer", "fullband"}}, &written));
+                                      {{"format", "pt"}, {"producer", "fullband"}}, &written,
+                                      file_system));
   record.bytes = written.bytes;
   record.xxh64 = written.xxh64;
   record.header_bytes = written.header_bytes;
@@ -191,14 +192,16 @@ StatusOr<ShardFile> WriteShard(const std::string& temp_dir, int rank,
   for (size_t i = 0; i < pieces.size(); ++i) {
     record.pieces.push_back({pieces[i].tensor, pieces[i].slice, written.tensor_xxh64[i]});
   }
-  // Also makes the shard file's name durable: both live in temp_dir.
-  FB_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + RecordName(rank), ShardFileToJson(record)));
+  FB_RETURN_IF_ERROR(
+      WriteFileDurably(temp_dir + "/" + RecordName(rank), ShardFileToJson(record), file_system));
   return record;
 }
 
 StatusOr<std::string> CommitShards(const std::string& root, const std::string& temp_dir, int ranks,
                                    const TrainingState& state,
-                                   const std::map<std::string, GlobalTensor>& tensors) {
+                                   const std::map<std::string, GlobalTensor>& tensors,
+                                   rocksdb::FileSystem* file_system) {
+  if (file_system == nullptr) file_system = rocksdb::FileSystem::Default().get();
   Manifest m;
   m.state = state;
   m.tensors = tensors;
@@ -215,25 +218,28 @@ StatusOr<std::string> CommitShards(const std::string& root, const std::string& t
   const std::string json = m.ToJson();
   FB_RETURN_IF_ERROR(Manifest::Parse(json, temp_dir + "/" + kManifestName).status());
   FB_RETURN_IF_ERROR(CheckCoverage(m, temp_dir));
-  FB_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + kManifestName, json));
-  for (int r = 0; r < ranks; ++r) ::unlink((temp_dir + "/" + RecordName(r)).c_str());
-  FB_RETURN_IF_ERROR(FsyncDirectory(temp_dir));
+  FB_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + kManifestName, json, file_system));
+  const rocksdb::IOOptions io;
+  for (int r = 0; r < ranks; ++r) {
+    file_system->DeleteFile(temp_dir + "/" + RecordName(r), io, nullptr).PermitUncheckedError();
+  }
+  FB_RETURN_IF_ERROR(FsyncDirectory(temp_dir, file_system));
 
   const std::string target = root + "/" + StepDirName(state.step);
-  std::error_code ec;
-  if (fs::exists(target, ec)) {  // an uncommitted leftover of an earlier attempt: same content
+  if (file_system->FileExists(target, io, nullptr).ok()) {
+    // An uncommitted leftover of an earlier attempt: same content.
     const std::string old =
         root + "/." + StepDirName(state.step) + kOldInfix + std::to_string(::getpid());
-    if (::rename(target.c_str(), old.c_str()) != 0) {
-      return InternalError("cannot move aside " + target + ": " + std::strerror(errno));
-    }
+    const rocksdb::IOStatus moved = file_system->RenameFile(target, old, io, nullptr);
+    if (!moved.ok()) return InternalError("cannot move aside " + target + ": " + moved.ToString());
+    std::error_code ec;
     fs::remove_all(old, ec);
   }
-  if (::rename(temp_dir.c_str(), target.c_str()) != 0) {
-    return InternalError("cannot rename " + temp_dir + " to " + target + ": " +
-                         std::strerror(errno));
+  const rocksdb::IOStatus renamed = file_system->RenameFile(temp_dir, target, io, nullptr);
+  if (!renamed.ok()) {
+    return InternalError("cannot rename " + temp_dir + " to " + target + ": " + renamed.ToString());
   }
-  FB_RETURN_IF_ERROR(FsyncDirectory(root));
+  FB_RETURN_IF_ERROR(FsyncDirectory(root, file_system));
   return target;
 }
 

@@ -4,7 +4,8 @@
 //
 // Note [Checkpoint commit]: a checkpoint becomes visible only through a rename. Every rank writes
 // `rank-<r>.safetensors` and its record `rank-<r>.json` into `<root>/.step-<N>.tmp-<token>/`
-// and fsyncs both (WriteShard). After every rank has, rank 0 folds the records into
+// and fsyncs both and the directory, whose creation (and the root's) is fsynced in its parent
+// (WriteShard). After every rank has, rank 0 folds the records into
 // `manifest.json`, fsyncs it and the directory, renames the directory to `step-<N>`, and fsyncs
 // the root (CommitShards); only then is the checkpoint reported to the coordinator. A crash at
 // any point leaves either no `step-<N>` (a temporary directory that ListCheckpoints shows as
@@ -23,6 +24,10 @@
 #include "checkpoint/manifest.h"
 #include "common/status.h"
 
+namespace rocksdb {
+class FileSystem;
+}  // namespace rocksdb
+
 namespace fullband::checkpoint {
 
 // A piece a rank writes: `slice` of the tensor `tensor` of global shape `global_shape`, as
@@ -40,9 +45,11 @@ std::string TempDirName(int64_t step, const std::string& token);  // ".step-<N>.
 int64_t ParseStepDirName(const std::string& name);  // "step-<N>" → N; anything else → -1
 
 // Every rank: writes its shard file and record into `temp_dir` (created if missing), fsynced.
-// Returns the record (what the manifest will say of the file).
+// Returns the record (what the manifest will say of the file). Writes go through `file_system`
+// (null: the POSIX one), as do CommitShards's.
 StatusOr<ShardFile> WriteShard(const std::string& temp_dir, int rank,
-                               const std::vector<PieceRef>& pieces);
+                               const std::vector<PieceRef>& pieces,
+                               rocksdb::FileSystem* file_system = nullptr);
 
 // Rank 0, after WriteShard returned OK on ranks [0, ranks): writes the manifest of `state`,
 // `tensors` (every tensor's global shape) and the records, then renames `temp_dir` to
@@ -51,7 +58,8 @@ StatusOr<ShardFile> WriteShard(const std::string& temp_dir, int rank,
 // record is missing or the pieces do not cover every tensor.
 StatusOr<std::string> CommitShards(const std::string& root, const std::string& temp_dir, int ranks,
                                    const TrainingState& state,
-                                   const std::map<std::string, GlobalTensor>& tensors);
+                                   const std::map<std::string, GlobalTensor>& tensors,
+                                   rocksdb::FileSystem* file_system = nullptr);
 
 struct CheckpointEntry {
   int64_t step = 0;

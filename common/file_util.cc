@@ -1,10 +1,12 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <rocksdb/file_system.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace fullband {
 namespace {
@@ -13,6 +15,15 @@ Status Errno(const std::string& what, const std::string& path) {
   const int e = errno;
   const std::string message = what + " " + path + ": " + std::strerror(e);
   return e == ENOENT ? NotFoundError(message) : InternalError(message);
+}
+
+Status Io(const rocksdb::IOStatus& s, const std::string& what, const std::string& path) {
+  if (s.ok()) return OkStatus();
+  return InternalError(what + " " + path + ": " + s.ToString());
+}
+
+rocksdb::FileSystem* OrDefault(rocksdb::FileSystem* fs) {
+  return fs != nullptr ? fs : rocksdb::FileSystem::Default().get();
 }
 
 }  // namespace
@@ -37,34 +48,72 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   return out;
 }
 
-Status WriteFileDurably(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  Status s;
-  for (size_t done = 0; done < content.size() && s.ok();) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) s = Errno("cannot write", tmp);
-    if (n > 0) done += static_cast<size_t>(n);
-  }
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("cannot fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno("cannot close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("cannot rename to", path);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return FsyncDirectory(ParentDirectory(path));
+DurableFile::DurableFile(std::string path, rocksdb::FileSystem* fs)
+    : path_(std::move(path)), temp_(path_ + ".tmp." + std::to_string(::getpid())), fs_(fs) {}
+
+StatusOr<std::unique_ptr<DurableFile>> DurableFile::Create(const std::string& path,
+                                                           rocksdb::FileSystem* fs) {
+  std::unique_ptr<DurableFile> f(new DurableFile(path, OrDefault(fs)));
+  FB_RETURN_IF_ERROR(
+      Io(f->fs_->NewWritableFile(f->temp_, rocksdb::FileOptions(), &f->file_, nullptr),
+         "cannot create", f->temp_));
+  return f;
 }
 
-Status FsyncDirectory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open directory", path);
-  Status s;
-  if (::fsync(fd) != 0) s = Errno("cannot fsync directory", path);
-  ::close(fd);
-  return s;
+DurableFile::~DurableFile() {
+  if (committed_) return;
+  if (file_ != nullptr) file_->Close(rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+  file_.reset();
+  fs_->DeleteFile(temp_, rocksdb::IOOptions(), nullptr).PermitUncheckedError();
+}
+
+Status DurableFile::Append(const void* data, size_t bytes) {
+  return Io(file_->Append(rocksdb::Slice(static_cast<const char*>(data), bytes),
+                          rocksdb::IOOptions(), nullptr),
+            "cannot write", temp_);
+}
+
+Status DurableFile::Commit() {
+  const rocksdb::IOOptions io;
+  FB_RETURN_IF_ERROR(Io(file_->Sync(io, nullptr), "cannot fsync", temp_));
+  FB_RETURN_IF_ERROR(Io(file_->Close(io, nullptr), "cannot close", temp_));
+  file_.reset();
+  FB_RETURN_IF_ERROR(Io(fs_->RenameFile(temp_, path_, io, nullptr), "cannot rename to", path_));
+  committed_ = true;
+  return FsyncDirectory(ParentDirectory(path_), fs_);
+}
+
+Status WriteFileDurably(const std::string& path, const std::string& content,
+                        rocksdb::FileSystem* fs) {
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<DurableFile> file, DurableFile::Create(path, fs));
+  FB_RETURN_IF_ERROR(file->Append(content.data(), content.size()));
+  return file->Commit();
+}
+
+Status FsyncDirectory(const std::string& path, rocksdb::FileSystem* fs) {
+  std::unique_ptr<rocksdb::FSDirectory> dir;
+  FB_RETURN_IF_ERROR(Io(OrDefault(fs)->NewDirectory(path, rocksdb::IOOptions(), &dir, nullptr),
+                        "cannot open directory", path));
+  return Io(dir->Fsync(rocksdb::IOOptions(), nullptr), "cannot fsync directory", path);
+}
+
+Status CreateDirectoriesDurably(const std::string& path, rocksdb::FileSystem* fs) {
+  fs = OrDefault(fs);
+  std::vector<std::string> missing;  // innermost first
+  for (std::string p = path; !p.empty() && p != "/" && p != ".";) {
+    bool is_dir = false;
+    if (fs->IsDirectory(p, rocksdb::IOOptions(), &is_dir, nullptr).ok() && is_dir) break;
+    missing.push_back(p);
+    const std::string parent = ParentDirectory(p);
+    if (parent == p) break;
+    p = parent;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    FB_RETURN_IF_ERROR(Io(fs->CreateDirIfMissing(*it, rocksdb::IOOptions(), nullptr),
+                          "cannot create directory", *it));
+    FB_RETURN_IF_ERROR(FsyncDirectory(ParentDirectory(*it), fs));
+  }
+  return OkStatus();
 }
 
 std::string ParentDirectory(const std::string& path) {

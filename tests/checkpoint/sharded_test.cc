@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "common/file_util.h"
+#include "tests/common/fault_file_system.h"
 #include "tests/common/temp_dir.h"
 
 namespace fullband::checkpoint {
@@ -81,23 +82,28 @@ class ShardedTest : public ::testing::Test {
   void SetUp() override { root_ = fullband::testing::MakeTempDir("fullband_ck_"); }
   void TearDown() override { fs::remove_all(root_); }
 
-  // Writes a checkpoint of `step` in which rank r holds pieces[r] of the matrix (and rank 0
-  // the whole vector); returns its directory.
-  std::string Save(int64_t step, const std::vector<std::vector<TensorSlice>>& pieces) {
-    const std::string temp = root_ + "/" + TempDirName(step, "t");
-    std::vector<std::vector<float>> keep;
+  // Writes a checkpoint of `step` under `root` through `file_system` (null: POSIX) in which rank r
+  // holds pieces[r] of the matrix (and rank 0 the whole vector); returns its directory.
+  StatusOr<std::string> TrySave(const std::string& root, int64_t step,
+                                const std::vector<std::vector<TensorSlice>>& pieces,
+                                rocksdb::FileSystem* file_system = nullptr) {
+    const std::string temp = root + "/" + TempDirName(step, "t");
     for (size_t r = 0; r < pieces.size(); ++r) {
+      std::vector<std::vector<float>> keep;
       std::vector<PieceRef> refs;
       for (const TensorSlice& s : pieces[r]) {
         keep.push_back(Expected(matrix_, kMatrix, s));
         refs.push_back({"m", kMatrix, s, keep.back().data()});
       }
       if (r == 0) refs.push_back({"v", kVector, WholeTensor(kVector), vector_.data()});
-      EXPECT_TRUE(WriteShard(temp, static_cast<int>(r), refs).ok());
+      FB_RETURN_IF_ERROR(WriteShard(temp, static_cast<int>(r), refs, file_system).status());
     }
-    StatusOr<std::string> path =
-        CommitShards(root_, temp, static_cast<int>(pieces.size()), SomeState(step),
-                     {{"m", {StDType::kF32, kMatrix}}, {"v", {StDType::kF32, kVector}}});
+    return CommitShards(root, temp, static_cast<int>(pieces.size()), SomeState(step),
+                        {{"m", {StDType::kF32, kMatrix}}, {"v", {StDType::kF32, kVector}}},
+                        file_system);
+  }
+  std::string Save(int64_t step, const std::vector<std::vector<TensorSlice>>& pieces) {
+    StatusOr<std::string> path = TrySave(root_, step, pieces);
     EXPECT_TRUE(path.ok()) << path.status().ToString();
     return path.ok() ? *path : "";
   }
@@ -333,6 +339,70 @@ TEST_F(ShardedTest, CommitShards_ReplacesAnUncommittedLeftoverOfTheSameStep) {
   const std::string dir = Save(8, {{Box({0, 0}, kMatrix, 0, 9)}, {Box({0, 0}, kMatrix, 9, 60)}});
   ExpectReads(dir, WholeTensor(kMatrix));
   EXPECT_EQ(ListCheckpoints(root_)->size(), 1u);
+}
+
+// A power loss (FaultFileSystem) after every file-system operation of writing and committing a
+// checkpoint, in turn: what is left is the previous checkpoint, whole, or — exactly when
+// CommitShards returned OK — the new one, whole. The checkpoint root does not exist before the
+// first checkpoint, so its own creation is part of what must survive.
+TEST_F(ShardedTest, PowerLossAtEveryOperation_LeavesTheOldCheckpointOrTheNewOneWhole) {
+  const std::string root = root_ + "/checkpoints";
+  const auto faults = std::make_shared<fullband::testing::FaultFileSystem>();
+  const std::vector<std::vector<TensorSlice>> two_ranks = {{Box({0, 0}, kMatrix, 0, 25)},
+                                                           {Box({0, 0}, kMatrix, 25, 60)}};
+  const std::vector<float> old_matrix = Iota(60, 1000.0f), new_matrix = Iota(60, -50.0f);
+  int64_t crash_points = 0;
+  for (int64_t n = 0;; ++n) {
+    fs::remove_all(root);
+    faults->ResumeWrites();
+    matrix_ = old_matrix;
+    ASSERT_TRUE(TrySave(root, 10, {{WholeTensor(kMatrix)}}, faults.get()).ok());
+    const int64_t before = faults->operations();
+    faults->FailAfter(n);
+    matrix_ = new_matrix;
+    const bool committed = TrySave(root, 20, two_ranks, faults.get()).ok();
+    const int64_t used = faults->operations() - before;
+    faults->DropUnsynced();  // the power goes
+    faults->ResumeWrites();
+
+    StatusOr<std::vector<CheckpointEntry>> all = ListCheckpoints(root);
+    ASSERT_TRUE(all.ok()) << "crash after " << n << " operations: " << all.status().ToString();
+    const CheckpointEntry* newest = nullptr;
+    for (const CheckpointEntry& e : *all) {
+      if (e.complete) newest = &e;
+    }
+    ASSERT_NE(newest, nullptr) << "crash after " << n << " operations: no checkpoint left";
+    EXPECT_EQ(newest->step, committed ? 20 : 10) << "crash after " << n << " operations";
+    matrix_ = committed ? new_matrix : old_matrix;
+    ExpectReads(newest->path, WholeTensor(kMatrix));
+    StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(newest->path);
+    ASSERT_TRUE(reader.ok());
+    EXPECT_TRUE((*reader)->VerifyFiles().ok()) << "crash after " << n << " operations";
+    if (committed && used < n) break;  // the commit needed fewer operations than allowed
+    ++crash_points;
+  }
+  EXPECT_GE(crash_points, 15);  // every creation, write, sync and rename of two shards and a commit
+}
+
+// A full or failing disk during a save is an INTERNAL error naming the file and the reason; the
+// committed checkpoint is untouched and no step directory appears.
+TEST_F(ShardedTest, FullOrFailingDisk_IsInternalNamingTheFileAndKeepsTheLastCheckpoint) {
+  using Fault = fullband::testing::FaultFileSystem::Fault;
+  const auto faults = std::make_shared<fullband::testing::FaultFileSystem>();
+  const std::string first = Save(10, {{WholeTensor(kMatrix)}});
+  for (const auto& [fault, reason] :
+       {std::pair{Fault::kNoSpace, "no space left"}, std::pair{Fault::kIoError, "input/output"}}) {
+    faults->FailAfter(3, fault);  // the temporary directory, the shard file, its first bytes
+    const StatusOr<std::string> saved = TrySave(root_, 20, {{WholeTensor(kMatrix)}}, faults.get());
+    EXPECT_EQ(saved.status().code(), StatusCode::kInternal) << saved.status().ToString();
+    EXPECT_NE(saved.status().message().find(ShardFileName(0)), std::string::npos)
+        << saved.status().ToString();
+    EXPECT_NE(saved.status().message().find(reason), std::string::npos)
+        << saved.status().ToString();
+    faults->ResumeWrites();
+    EXPECT_FALSE(fs::exists(root_ + "/" + StepDirName(20)));
+    ExpectReads(first, WholeTensor(kMatrix));
+  }
 }
 
 }  // namespace

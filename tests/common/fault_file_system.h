@@ -1,17 +1,30 @@
 // FaultFileSystem: a RocksDB FileSystem for power-loss tests, after LevelDB's
-// FaultInjectionTestEnv. It remembers how much of every file it wrote had been synced; a
-// simulated power loss (StopWrites, close the database, DropUnsynced) cuts every file back to
-// that, keeping only what had reached the disk — unlike killing the process, which keeps the
-// page cache. It can also fail every write with ENOSPC.
+// FaultInjectionTestEnv. Everything fullband writes durably goes through a rocksdb::FileSystem
+// (the coordinator's store, token stores, common/file_util.h and so checkpoints), so one wrapper
+// tests all of them.
+//
+// It models what a power loss keeps, unlike killing the process (which keeps the page cache):
+//  - a file's content up to its last Sync; what was appended after is cut off;
+//  - a directory entry (a created file, link or directory, a rename) only once its directory was
+//    synced; newer entries are undone, newest first (a rename goes back, restoring the file it
+//    replaced; a creation is removed).
+// Removals are taken as durable at once: a removed file does not come back (the model errs on the
+// side of losing data, never of keeping it).
+//
+// Faults: StopWrites makes every mutating operation fail (ENOSPC: the disk is full, or the power
+// is gone; or EIO: the disk is failing); FailAfter(n) lets n more succeed first, so a test can cut
+// the power after every operation of a protocol in turn. DropUnsynced then applies the model to the
+// disk.
 #pragma once
 
 #include <rocksdb/file_system.h>
-#include <unistd.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace fullband::testing {
 
@@ -21,125 +34,78 @@ class FaultFileSystem final : public rocksdb::FileSystemWrapper {
   static const char* kClassName() { return "FullbandFaultFileSystem"; }
   const char* Name() const override { return kClassName(); }
 
-  // From now on every write fails (with ENOSPC): the power is gone, or the disk is full.
-  void StopWrites() {
-    std::lock_guard<std::mutex> lock(mu_);
-    failing_ = true;
-  }
-  void ResumeWrites() {
-    std::lock_guard<std::mutex> lock(mu_);
-    failing_ = false;
-  }
-  // Cuts every file written through this file system back to its last synced size.
-  void DropUnsynced() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, state] : files_) {
-      if (state.written > state.synced) (void)::truncate(name.c_str(), state.synced);
-    }
-    files_.clear();
-  }
+  // How a stopped write fails.
+  enum class Fault { kNoSpace, kIoError };  // ENOSPC, EIO
+  // From now on every mutating operation fails.
+  void StopWrites(Fault fault = Fault::kNoSpace) { FailAfter(0, fault); }
+  // `n` more mutating operations succeed; every one after fails.
+  void FailAfter(int64_t n, Fault fault = Fault::kNoSpace);
+  void ResumeWrites();
+  // Mutating operations that succeeded so far (creations, appends, syncs, renames, links,
+  // removals, directory syncs).
+  int64_t operations() const;
+  // The power loss: cuts every file back to its synced size and undoes every directory entry
+  // not made durable by a sync of its directory. Call it with the writers closed.
+  void DropUnsynced();
 
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* d) override {
-    if (Failing()) return rocksdb::IOStatus::NoSpace("injected: no space left", f);
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = target()->NewWritableFile(f, o, &file, d);
-    if (!s.ok()) return s;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      files_[f] = State();
-    }
-    *r = std::make_unique<File>(std::move(file), this, f);
-    return s;
-  }
+                                    rocksdb::IODebugContext* d) override;
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                        std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                       rocksdb::IODebugContext* d) override {
-    if (Failing()) return rocksdb::IOStatus::NoSpace("injected: no space left", f);
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = target()->ReopenWritableFile(f, o, &file, d);
-    if (!s.ok()) return s;
-    uint64_t size = 0;
-    (void)target()->GetFileSize(f, rocksdb::IOOptions(), &size, d);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      files_[f] = State{size, size};
-    }
-    *r = std::make_unique<File>(std::move(file), this, f);
-    return s;
-  }
+                                       rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
+                                      const rocksdb::FileOptions& o,
+                                      std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                      rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& o,
+                                 std::unique_ptr<rocksdb::FSDirectory>* r,
+                                 rocksdb::IODebugContext* d) override;
   rocksdb::IOStatus RenameFile(const std::string& from, const std::string& to,
-                               const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    rocksdb::IOStatus s = target()->RenameFile(from, to, o, d);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s.ok() && files_.count(from)) {
-      files_[to] = files_[from];
-      files_.erase(from);
-    }
-    return s;
-  }
+                               const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus LinkFile(const std::string& from, const std::string& to,
+                             const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override;
   rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
-                               rocksdb::IODebugContext* d) override {
-    rocksdb::IOStatus s = target()->DeleteFile(f, o, d);
-    std::lock_guard<std::mutex> lock(mu_);
-    files_.erase(f);
-    return s;
-  }
+                               rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus CreateDir(const std::string& dir, const rocksdb::IOOptions& o,
+                              rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus CreateDirIfMissing(const std::string& dir, const rocksdb::IOOptions& o,
+                                       rocksdb::IODebugContext* d) override;
+  rocksdb::IOStatus DeleteDir(const std::string& dir, const rocksdb::IOOptions& o,
+                              rocksdb::IODebugContext* d) override;
 
  private:
-  struct State {
+  class File;
+  class Directory;
+  struct Content {
     uint64_t written = 0, synced = 0;
   };
-
-  class File final : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> file, FaultFileSystem* fs, std::string name)
-        : rocksdb::FSWritableFileOwnerWrapper(std::move(file)), fs_(fs), name_(std::move(name)) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             rocksdb::IODebugContext* d) override {
-      if (fs_->Failing()) return rocksdb::IOStatus::NoSpace("injected: no space left", name_);
-      rocksdb::IOStatus s = target()->Append(data, o, d);
-      if (s.ok()) fs_->Wrote(name_, data.size());
-      return s;
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             const rocksdb::DataVerificationInfo& /*info*/,
-                             rocksdb::IODebugContext* d) override {
-      return Append(data, o, d);
-    }
-    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-      if (fs_->Failing()) return rocksdb::IOStatus::NoSpace("injected: no space left", name_);
-      rocksdb::IOStatus s = target()->Sync(o, d);
-      if (s.ok()) fs_->Synced(name_);
-      return s;
-    }
-    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-      return Sync(o, d);
-    }
-
-   private:
-    FaultFileSystem* fs_;
-    std::string name_;
+  // A directory entry not yet durable: `path` created (`from` empty) or renamed from `from`,
+  // replacing a file that held `replaced` when `replaces`.
+  struct Entry {
+    std::string path, from;
+    bool directory = false;
+    bool replaces = false;
+    std::string replaced;
   };
 
-  bool Failing() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return failing_;
-  }
-  void Wrote(const std::string& name, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    files_[name].written += bytes;
-  }
-  void Synced(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    State& s = files_[name];
-    s.synced = s.written;
-  }
+  rocksdb::IOStatus OpenWritable(const std::string& f, bool reopen, const rocksdb::FileOptions& o,
+                                 std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                 rocksdb::IODebugContext* d);
+  // Counts one mutating operation, or fails it when the writes have stopped.
+  rocksdb::IOStatus Admit(const std::string& what);
+  bool Exists(const std::string& path);
+  void Created(const std::string& path, bool directory);
+  void Wrote(const std::string& name, size_t bytes);
+  void Synced(const std::string& name);
+  void SyncedDirectory(const std::string& dir);
 
-  std::mutex mu_;
-  std::map<std::string, State> files_;
-  bool failing_ = false;
+  mutable std::mutex mu_;
+  std::map<std::string, Content> files_;  // written through this file system, by current name
+  std::vector<Entry> entries_;            // oldest first
+  int64_t operations_ = 0;
+  int64_t budget_ = -1;  // operations left before the writes stop; -1: unlimited
+  Fault fault_ = Fault::kNoSpace;
 };
 
 }  // namespace fullband::testing
