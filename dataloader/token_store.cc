@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/sst_file_writer.h>
@@ -24,6 +26,7 @@
 #include <thread>
 
 #include "common/check.h"
+#include "common/file_util.h"
 
 namespace fullband::dataloader {
 namespace {
@@ -102,6 +105,14 @@ rocksdb::Options StoreOptions(bool reader) {
     table.no_block_cache = true;
   }
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+// A writer's options, for the store and its table files, writing through `env` (null: the
+// default one).
+rocksdb::Options WriterOptions(rocksdb::Env* env) {
+  rocksdb::Options options = StoreOptions(/*reader=*/false);
+  if (env != nullptr) options.env = env;
   return options;
 }
 
@@ -335,8 +346,17 @@ StatusOr<std::unique_ptr<RocksDbTokenStore>> RocksDbTokenStore::Open(const std::
       new RocksDbTokenStore(path, db, {handles[1], handles[2]}));
   StatusOr<StoreMetadata> m = LoadMetadata(db, handles[2], path);
   if (!m.ok()) {
-    if (m.status().code() == StatusCode::kNotFound) return DataLossError(m.status().message());
-    return m.status();
+    if (m.status().code() != StatusCode::kNotFound) return m.status();
+    // No metadata and no records: the first ingest stopped (or the power went) before it
+    // marked itself; that ingest, run again, goes on from here.
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[1]));
+    it->SeekToFirst();
+    if (!it->Valid() && it->status().ok()) {
+      return NotFoundError(path +
+                           ": the token store holds nothing yet: the ingest that created it "
+                           "stopped before it committed (run `fullband ingest` again)");
+    }
+    return DataLossError(m.status().message());
   }
   store->metadata_ = std::move(*m);
   const rocksdb::Status got =
@@ -557,10 +577,12 @@ TokenStoreWriter::~TokenStoreWriter() {
   delete db_;
 }
 
-StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::string& path,
-                                                                   const Identity& identity,
-                                                                   const std::string& description) {
-  rocksdb::Options options = StoreOptions(/*reader=*/false);
+StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(
+    const std::string& path, const Identity& identity, const std::string& description,
+    std::shared_ptr<rocksdb::FileSystem> file_system) {
+  std::unique_ptr<rocksdb::Env> env;
+  if (file_system != nullptr) env = rocksdb::NewCompositeEnv(file_system);
+  rocksdb::Options options = WriterOptions(env.get());
   options.create_if_missing = true;
   options.create_missing_column_families = true;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -569,6 +591,9 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(const std::st
       FromRocks(rocksdb::DB::Open(options, path, Families(options), &handles, &db), path));
   db->DestroyColumnFamilyHandle(handles[0]).PermitUncheckedError();
   std::unique_ptr<TokenStoreWriter> w(new TokenStoreWriter(path, db, {handles[1], handles[2]}));
+  w->env_ = std::move(env);
+  // The store's own directory entry, when this created it.
+  FB_RETURN_IF_ERROR(FsyncDirectory(ParentDirectory(path), file_system.get()));
 
   StatusOr<StoreMetadata> loaded = LoadMetadata(db, handles[2], path);
   if (!loaded.ok() && loaded.status().code() == StatusCode::kNotFound) {
@@ -642,7 +667,7 @@ Status TokenStoreWriter::Append(std::span<const uint32_t> tokens) {
     rocksdb::EnvOptions env;
     env.writable_file_max_buffer_size = kTableBufferBytes;
     auto table =
-        std::make_unique<rocksdb::SstFileWriter>(env, StoreOptions(/*reader=*/false), handles_[0],
+        std::make_unique<rocksdb::SstFileWriter>(env, WriterOptions(env_.get()), handles_[0],
                                                  /*invalidate_page_cache=*/false);
     FB_RETURN_IF_ERROR(FromRocks(table->Open(table_path_), table_path_));
     StatusOr<std::unique_ptr<TableSync>> sync = TableSync::Open(table_path_);

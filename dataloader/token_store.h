@@ -19,6 +19,8 @@
 
 namespace rocksdb {
 class DB;
+class Env;
+class FileSystem;
 class SstFileWriter;
 class ColumnFamilyHandle;
 }  // namespace rocksdb
@@ -100,8 +102,9 @@ class MemoryTokenStore : public TokenStore {
 // A store on disk, opened read-only.
 class RocksDbTokenStore : public TokenStore {
  public:
-  // NOT_FOUND when there is no store at `path`; DATA_LOSS when its metadata is missing,
-  // unreadable, of another format version, or inconsistent.
+  // NOT_FOUND when there is no store at `path`, or one that holds nothing committed (its first
+  // ingest stopped early); DATA_LOSS when its metadata is missing beside records, unreadable, of
+  // another format version, or inconsistent.
   static StatusOr<std::unique_ptr<RocksDbTokenStore>> Open(const std::string& path);
   ~RocksDbTokenStore() override;
 
@@ -151,10 +154,11 @@ class TokenStoreWriter {
   // Creates the store if missing, else checks that its tokenizer, vocabulary and seq_len equal
   // `identity` (FAILED_PRECONDITION naming both values otherwise). Removes records an
   // unfinished earlier ingest left past the committed count, then marks this ingest unfinished
-  // with `description` until Commit.
-  static StatusOr<std::unique_ptr<TokenStoreWriter>> Open(const std::string& path,
-                                                          const Identity& identity,
-                                                          const std::string& description);
+  // with `description` until Commit. Everything is written through `file_system` (null: the
+  // POSIX one; tests pass one that simulates a power loss).
+  static StatusOr<std::unique_ptr<TokenStoreWriter>> Open(
+      const std::string& path, const Identity& identity, const std::string& description,
+      std::shared_ptr<rocksdb::FileSystem> file_system = nullptr);
   ~TokenStoreWriter();
 
   // The committed state plus what was appended since.
@@ -183,6 +187,7 @@ class TokenStoreWriter {
   Status AddTable();
 
   std::string path_;
+  std::unique_ptr<rocksdb::Env> env_;  // over the caller's file system; null: the default
   rocksdb::DB* db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   StoreMetadata metadata_;                  // as committed

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 
+#include "tests/common/fault_file_system.h"
 #include "tests/dataloader/raw_store.h"
 
 namespace fullband::dataloader {
@@ -310,6 +311,78 @@ TEST_F(TokenStoreTest, CrashedIngest_OpensAsThePreviousCommitAndIsReportedUnfini
   auto clean = (*after)->Verify(nullptr);
   EXPECT_EQ(clean->extra_records, 0);
   EXPECT_EQ(clean->bad_records, 0);
+}
+
+// A power loss (FaultFileSystem) after every file-system operation of an ingest in turn — opening
+// the store, appending, committing, closing — into a store that does not exist yet and then into
+// one that holds a commit: the store opens as of a whole commit, the new one whenever Commit
+// returned OK, every record reads back exactly, and the next ingest goes on from it.
+TEST_F(TokenStoreTest, PowerLossAtEveryOperation_LeavesTheLastCommitWhole) {
+  const auto faults = std::make_shared<fullband::testing::FaultFileSystem>();
+  const auto ingest = [&](int64_t first, int64_t n, const std::string& name) {
+    auto w = TokenStoreWriter::Open(path_, Ident(), "{}", faults);
+    if (!w.ok()) return false;
+    const bool ok = (*w)->Append(Records(first, n)).ok() &&
+                    (*w)->Commit({}, {Source(name, n * (kSeqLen + 1))}).ok();
+    (*w)->Close().IgnoreError();
+    return ok;
+  };
+  // `records` read back exactly; an unfinished ingest may leave records past them, which the
+  // reader ignores and the next ingest drops (`settled`: none are left).
+  const auto expect_store = [&](int64_t records, bool settled, const std::string& when) {
+    auto store = RocksDbTokenStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << when << ": " << store.status().ToString();
+    ASSERT_EQ((*store)->num_sequences(), records) << when;
+    std::vector<int64_t> all(static_cast<size_t>(records));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<uint32_t> got(all.size() * (kSeqLen + 1));
+    ASSERT_TRUE((*store)->Read(all, got.data()).ok()) << when;
+    EXPECT_EQ(got, Records(0, records)) << when;
+    auto report = (*store)->Verify([](int64_t, int64_t) {});
+    ASSERT_TRUE(report.ok()) << when;
+    EXPECT_EQ(report->bad_records, 0) << when;
+    EXPECT_TRUE(!settled || report->extra_records == 0) << when << ": " << report->extra_records;
+  };
+  for (const int64_t base : {0, 3}) {  // no store yet; a store of 3 records
+    int64_t crash_points = 0;
+    for (int64_t n = 0;; ++n) {
+      std::filesystem::remove_all(path_);
+      faults->ResumeWrites();
+      if (base > 0) {
+        ASSERT_TRUE(ingest(0, base, "first"));
+      }
+      const int64_t before = faults->operations();
+      faults->FailAfter(n);
+      const bool committed = ingest(base, 5, "second");
+      const int64_t used = faults->operations() - before;
+      faults->DropUnsynced();  // the power goes
+      faults->ResumeWrites();
+      const std::string when =
+          "store of " + std::to_string(base) + ", crash after " + std::to_string(n) + " operations";
+      const Status opened = RocksDbTokenStore::Open(path_).status();
+      if (opened.code() == StatusCode::kNotFound) {  // nothing was ever committed to it
+        EXPECT_FALSE(committed || base > 0) << when << ": a committed store is gone";
+      } else {
+        auto store = RocksDbTokenStore::Open(path_);
+        ASSERT_TRUE(store.ok()) << when << ": " << store.status().ToString();
+        const int64_t records = (*store)->num_sequences();
+        store->reset();
+        if (committed) {
+          EXPECT_EQ(records, base + 5) << when;
+        } else {
+          EXPECT_TRUE(records == base || records == base + 5) << when;
+        }
+        expect_store(records, /*settled=*/false, when);
+        if (HasFatalFailure()) return;
+        // The next ingest goes on from what survived.
+        ASSERT_TRUE(ingest(records, 2, "third")) << when;
+        expect_store(records + 2, /*settled=*/true, when + ", then one more ingest");
+      }
+      if (committed && used < n) break;
+      ++crash_points;
+    }
+    EXPECT_GE(crash_points, 20) << "store of " << base;
+  }
 }
 
 TEST_F(TokenStoreTest, RecordsPastTheCommittedCount_AreIgnoredThenDroppedByTheNextIngest) {
