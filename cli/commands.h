@@ -21,5 +21,6 @@ int RunSubmit(const std::vector<std::string>& args);
 int RunStatus(const std::vector<std::string>& args);
 int RunWatch(const std::vector<std::string>& args);
 int RunCancel(const std::vector<std::string>& args);
+int RunPlot(const std::vector<std::string>& args);
 
 }  // namespace fullband::cli

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -67,6 +68,12 @@ std::string Human(double v) {
   return buf;
 }
 
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
 std::string Duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const int64_t s = static_cast<int64_t>(seconds);
@@ -122,7 +129,10 @@ std::string ProgressLine(const proto::Job& job, bool bar) {
       out += buf;
     }
   }
-  if (job.restarts() > 0) out += ", restarts " + std::to_string(job.restarts());
+  if (job.attempt() > 0 || job.restarts() > 0) {
+    out += ", attempt " + std::to_string(job.attempt()) + " (restarts " +
+           std::to_string(job.restarts()) + ")";
+  }
   if (!job.reason().empty() && job.state() != proto::JOB_STATE_RUNNING) {
     out += " (" + job.reason() + ")";
   }
@@ -224,12 +234,114 @@ int RunSubmit(const std::vector<std::string>& args) {
   return flags->Has("wait") ? WatchJob(**client, *id) : 0;
 }
 
+// `status JOB --history`: every counted step, a line each (or the GetJobHistory JSON).
+int PrintHistory(JobClient& client, const std::string& job_id, bool json) {
+  StatusOr<std::vector<proto::StepRecord>> steps = client.History(job_id);
+  if (!steps.ok()) return Fail("status", steps.status());
+  if (json) {
+    proto::GetJobHistoryResponse all;
+    all.mutable_steps()->Assign(steps->begin(), steps->end());
+    all.set_next_start_step(-1);
+    std::printf("%s\n", ToJson(all).c_str());
+    return 0;
+  }
+  std::printf("%8s %7s %6s %8s %9s %10s  %s\n", "step", "attempt", "passes", "tokens", "step s",
+              "tok-equiv", "loss per pass");
+  int64_t token_equivalents = 0;
+  for (const proto::StepRecord& r : *steps) {
+    token_equivalents += r.tokens() * r.passes();
+    std::string losses;
+    for (double loss : r.losses()) losses += (losses.empty() ? "" : " ") + Fixed(loss, 4);
+    std::printf("%8lld %7lld %6lld %8lld %9.3f %10s  %s\n", static_cast<long long>(r.step()),
+                static_cast<long long>(r.attempt()), static_cast<long long>(r.passes()),
+                static_cast<long long>(r.tokens()), r.step_seconds(),
+                Human(static_cast<double>(token_equivalents)).c_str(), losses.c_str());
+  }
+  if (steps->empty()) std::printf("no counted steps yet\n");
+  return 0;
+}
+
+// The gnuplot program that draws `steps` (loss of each pass against token-equivalents, a
+// dashed line where a new attempt's steps begin) into the PNG file `out`.
+std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecord>& steps,
+                       const std::string& out) {
+  std::string quoted;  // a gnuplot single-quoted string: '' is a quote
+  for (char c : out) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  std::string script = "set terminal png size 1100,650\nset output '" + quoted + "'\n";
+  script += "set title '" + job.id() + " (" + job.spec().name() + "): loss of each pass'\n";
+  script += "set xlabel 'token-equivalents (tokens x passes)'\nset ylabel 'loss'\nset grid\n";
+  int64_t max_passes = 1;
+  for (const proto::StepRecord& r : steps) max_passes = std::max(max_passes, r.passes());
+  std::string data;
+  for (int64_t k = 0; k < max_passes; ++k) {
+    data += "$pass" + std::to_string(k + 1) + " << EOD\n";
+    int64_t x = 0;
+    for (const proto::StepRecord& r : steps) {
+      x += r.tokens() * r.passes();
+      if (r.losses_size() > k) data += std::to_string(x) + " " + Fixed(r.losses(k), 6) + "\n";
+    }
+    data += "EOD\n";
+  }
+  int64_t x = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i > 0 && steps[i].attempt() != steps[i - 1].attempt()) {
+      const std::string at = std::to_string(x);
+      script += "set arrow from " + at + ", graph 0 to " + at +
+                ", graph 1 nohead lw 2 lc rgb 'red'\nset label 'restart: attempt " +
+                std::to_string(steps[i].attempt()) + "' at " + at +
+                ", graph 0.97 offset 0.5,0 tc rgb 'red'\n";
+    }
+    x += steps[i].tokens() * steps[i].passes();
+  }
+  script += data + "plot ";
+  for (int64_t k = 1; k <= max_passes; ++k) {
+    script += (k > 1 ? ", " : "") + std::string("$pass") + std::to_string(k) +
+              " with lines lw 1.5 title 'pass " + std::to_string(k) + "'";
+  }
+  return script + "\n";
+}
+
+int RunPlot(const std::vector<std::string>& args) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({"out"}), {"help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1 || !flags->Has("out")) {
+    std::printf(
+        "usage: fullband plot JOB --out FILE.png\n"
+        "  Draws the loss of each pass against token-equivalents from the job's history, with\n"
+        "  a line where each restart's steps begin (needs gnuplot; Debian: gnuplot-nox).\n");
+    if (!flags.ok()) std::fprintf(stderr, "fullband plot: %s\n", flags.status().message().c_str());
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  auto client = Connect(*flags);
+  if (!client.ok()) return Fail("plot", client.status());
+  const std::string& id = flags->positional()[0];
+  StatusOr<proto::Job> job = (*client)->Get(id);
+  if (!job.ok()) return Fail("plot", job.status());
+  StatusOr<std::vector<proto::StepRecord>> steps = (*client)->History(id);
+  if (!steps.ok()) return Fail("plot", steps.status());
+  if (steps->empty()) return Fail("plot", FailedPreconditionError(id + " has no counted steps"));
+  const std::string out = *flags->Required("out");
+  FILE* gnuplot = ::popen("gnuplot 2>&1", "w");
+  if (gnuplot == nullptr) return Fail("plot", InternalError("cannot start gnuplot"));
+  const std::string script = PlotScript(*job, *steps, out);
+  std::fwrite(script.data(), 1, script.size(), gnuplot);
+  const int status = ::pclose(gnuplot);
+  if (status != 0) {
+    return Fail("plot", InternalError("gnuplot failed (exit status " + std::to_string(status) +
+                                      "; Debian package: gnuplot-nox) writing " + out));
+  }
+  std::printf("%s: %zu steps plotted to %s\n", id.c_str(), steps->size(), out.c_str());
+  return 0;
+}
+
 int RunStatus(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"json", "all", "help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() > 1) {
+  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"json", "all", "history", "help"});
+  if (!flags.ok() || flags->Has("help") || flags->positional().size() > 1 ||
+      (flags->Has("history") && flags->positional().size() != 1)) {
     std::printf(
         "usage: fullband status [JOB] [--all] [--json]\n"
-        "  One job in full, or every unfinished job (--all: finished ones too), one a line.\n");
+        "       fullband status JOB --history [--json]\n"
+        "  One job in full, or every unfinished job (--all: finished ones too), one a line;\n"
+        "  --history: every counted step of the job (attempt, passes, tokens, losses).\n");
     if (!flags.ok())
       std::fprintf(stderr, "fullband status: %s\n", flags.status().message().c_str());
     return flags.ok() && flags->Has("help") ? 0 : 2;
@@ -237,6 +349,7 @@ int RunStatus(const std::vector<std::string>& args) {
   auto client = Connect(*flags);
   if (!client.ok()) return Fail("status", client.status());
   const bool json = flags->Has("json");
+  if (flags->Has("history")) return PrintHistory(**client, flags->positional()[0], json);
   if (flags->positional().size() == 1) {
     StatusOr<proto::Job> job = (*client)->Get(flags->positional()[0]);
     if (!job.ok()) return Fail("status", job.status());

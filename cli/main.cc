@@ -36,9 +36,11 @@ const Command kCommands[] = {
     {"coordinator", "run the coordinator: `fullband coordinator --config coordinator.yaml`",
      RunCoordinator},
     {"submit", "submit a job: `fullband submit JOB.yaml [--wait]` prints its id", RunSubmit},
-    {"status", "show jobs: `fullband status [JOB] [--all] [--json]`", RunStatus},
+    {"status", "show jobs: `fullband status [JOB] [--all] [--json]`, `status JOB --history`",
+     RunStatus},
     {"watch", "follow a job's budget, throughput and losses: `fullband watch JOB`", RunWatch},
     {"cancel", "cancel a job: `fullband cancel JOB`", RunCancel},
+    {"plot", "plot a job's loss per pass: `fullband plot JOB --out FILE.png`", RunPlot},
 };
 
 void PrintHelp() {

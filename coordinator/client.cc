@@ -134,6 +134,23 @@ StatusOr<proto::Job> JobClient::Cancel(const std::string& job_id, const std::str
   return job;
 }
 
+StatusOr<std::vector<proto::StepRecord>> JobClient::History(const std::string& job_id,
+                                                            int64_t start_step) {
+  std::vector<proto::StepRecord> steps;
+  proto::GetJobHistoryRequest request;
+  request.set_job_id(job_id);
+  for (int64_t next = start_step; next >= 0;) {
+    request.set_start_step(next);
+    proto::GetJobHistoryResponse page;
+    FB_RETURN_IF_ERROR(Call(impl_->options, [&](grpc::ClientContext* c) {
+      return impl_->stub->GetJobHistory(c, request, &page);
+    }));
+    steps.insert(steps.end(), page.steps().begin(), page.steps().end());
+    next = page.next_start_step();
+  }
+  return steps;
+}
+
 Status JobClient::Watch(const std::string& job_id,
                         const std::function<bool(const proto::Job&)>& on_event,
                         std::chrono::milliseconds timeout) {

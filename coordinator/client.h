@@ -57,6 +57,9 @@ class JobClient {
   StatusOr<proto::Job> Get(const std::string& job_id);
   StatusOr<std::vector<proto::Job>> List(bool include_finished);
   StatusOr<proto::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // Every counted step from `start_step` on, page by page (GetJobHistory).
+  StatusOr<std::vector<proto::StepRecord>> History(const std::string& job_id,
+                                                   int64_t start_step = 0);
   // Calls on_event for every event until the stream ends (a terminal state: OK) or
   // on_event returns false (CANCELLED).
   // `timeout` > 0 ends the watch with DEADLINE_EXCEEDED after that long.

@@ -329,6 +329,46 @@ StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) const {
   return Info(*job, clock_->NowSeconds());
 }
 
+StatusOr<proto::GetJobHistoryResponse> Coordinator::History(const std::string& job_id,
+                                                            int64_t start_step,
+                                                            int64_t max_steps) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FB_RETURN_IF_ERROR(Find(job_id).status());
+  }
+  proto::GetJobHistoryResponse page;
+  page.set_next_start_step(-1);
+  const Status scanned = store_->Scan(
+      "step/" + job_id + "/",
+      [&](std::string_view key, std::string_view value) {
+        const int64_t step = FromBigEndian(key.substr(key.size() - 8));
+        if (page.steps_size() == max_steps) {  // one more than the page: where the next starts
+          page.set_next_start_step(step);
+          return OkStatus();
+        }
+        proto::StoredStep stored;
+        if (!stored.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+          return DataLossError("coordinator store: unreadable step record " + std::to_string(step) +
+                               " of job " + job_id);
+        }
+        proto::StepRecord* r = page.add_steps();
+        r->set_step(step);
+        r->set_passes(stored.passes());
+        r->set_tokens(stored.tokens());
+        *r->mutable_losses() = stored.losses();
+        r->set_step_seconds(stored.step_seconds());
+        r->set_unix_time(stored.unix_time());
+        r->set_attempt(stored.attempt());
+        return OkStatus();
+      },
+      StepKey(job_id, start_step), static_cast<size_t>(max_steps) + 1);
+  if (!scanned.ok() && scanned.code() != StatusCode::kDataLoss) {
+    return UnavailableError("job " + job_id + ": reading its history: " + scanned.message());
+  }
+  FB_RETURN_IF_ERROR(scanned);
+  return page;
+}
+
 std::vector<JobInfo> Coordinator::ListJobs(const std::string& owner, bool include_finished) const {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = clock_->NowSeconds();
@@ -601,6 +641,8 @@ StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
   for (double loss : r.losses) record.add_losses(loss);
   record.set_step_seconds(r.step_seconds);
   record.set_incarnation(r.incarnation);
+  record.set_unix_time(now);
+  record.set_attempt(job->attempt);
   WriteSet writes;
   writes.puts.emplace_back(StepKey(job->id, r.step), record.SerializeAsString());
   if (job->committed_step + static_cast<int64_t>(job->counted.size()) == job->plan.total_steps()) {

@@ -28,6 +28,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/launcher.h"
 #include "coordinator/store.h"
+#include "proto/coordinator.pb.h"
 
 namespace fullband::coordinator {
 
@@ -163,6 +164,11 @@ class Coordinator {
   // Kills the worker group and moves the job to CANCELLED; OK and unchanged for a finished
   // job. NOT_FOUND.
   StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+  // The job's counted steps from `start_step` on, at most `max_steps` (> 0), read from the
+  // store (GetJobHistory in proto/coordinator.proto). NOT_FOUND; UNAVAILABLE when the store
+  // cannot be read.
+  StatusOr<proto::GetJobHistoryResponse> History(const std::string& job_id, int64_t start_step,
+                                                 int64_t max_steps) const;
 
   // ---- WorkerService (error codes as in proto/coordinator.proto)
 

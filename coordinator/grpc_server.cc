@@ -182,7 +182,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<proto::JobEvent> {
 
 using JS = proto::JobService;
 using RawJobService = JS::WithRawCallbackMethod_SubmitJob<JS::WithRawCallbackMethod_GetJob<
-    JS::WithRawCallbackMethod_ListJobs<JS::WithRawCallbackMethod_CancelJob<JS::CallbackService>>>>;
+    JS::WithRawCallbackMethod_ListJobs<JS::WithRawCallbackMethod_CancelJob<
+        JS::WithRawCallbackMethod_GetJobHistory<JS::CallbackService>>>>>;
 
 class JobServiceImpl final : public RawJobService {
  public:
@@ -204,6 +205,11 @@ class JobServiceImpl final : public RawJobService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* c, const grpc::ByteBuffer* in,
                                       grpc::ByteBuffer* out) override {
     return Raw(c, handler_, in, out, &RpcHandler::CancelJob);
+  }
+  grpc::ServerUnaryReactor* GetJobHistory(grpc::CallbackServerContext* c,
+                                          const grpc::ByteBuffer* in,
+                                          grpc::ByteBuffer* out) override {
+    return Raw(c, handler_, in, out, &RpcHandler::GetJobHistory);
   }
   grpc::ServerWriteReactor<proto::JobEvent>* WatchJob(grpc::CallbackServerContext* c,
                                                       const proto::WatchJobRequest* req) override {

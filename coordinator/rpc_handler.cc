@@ -122,6 +122,21 @@ Status RpcHandler::CancelJob(std::string_view authorization, const proto::Cancel
   return OkStatus();
 }
 
+Status RpcHandler::GetJobHistory(std::string_view authorization,
+                                 const proto::GetJobHistoryRequest& request,
+                                 proto::GetJobHistoryResponse* response) {
+  FB_RETURN_IF_ERROR(JobCaller(authorization, request.job_id()).status());
+  if (request.start_step() < 0) return InvalidArgumentError("start_step: must be >= 0");
+  if (request.max_steps() < 0 || request.max_steps() > kMaxHistoryPage) {
+    return InvalidArgumentError("max_steps: " + std::to_string(request.max_steps()) +
+                                ", expected 0.." + std::to_string(kMaxHistoryPage));
+  }
+  const int64_t page = request.max_steps() == 0 ? kDefaultHistoryPage : request.max_steps();
+  FB_ASSIGN_OR_RETURN(*response,
+                      coordinator_->History(request.job_id(), request.start_step(), page));
+  return OkStatus();
+}
+
 Status RpcHandler::StartWatch(std::string_view authorization,
                               const proto::WatchJobRequest& request) {
   return JobCaller(authorization, request.job_id()).status();

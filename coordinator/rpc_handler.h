@@ -28,6 +28,9 @@ class RpcHandler {
   static constexpr size_t kMaxReasonBytes = 4096;
   static constexpr size_t kMaxPathBytes = 4096;
   static constexpr int kMaxPasses = 64;
+  // GetJobHistory's page: its default and its largest.
+  static constexpr int kDefaultHistoryPage = 1000;
+  static constexpr int kMaxHistoryPage = 10000;
 
   // `auth` null: authentication is off and every caller is the admin "local" (for a coordinator
   // bound to loopback only).
@@ -43,6 +46,8 @@ class RpcHandler {
                   proto::ListJobsResponse* response);
   Status CancelJob(std::string_view authorization, const proto::CancelJobRequest& request,
                    proto::Job* response);
+  Status GetJobHistory(std::string_view authorization, const proto::GetJobHistoryRequest& request,
+                       proto::GetJobHistoryResponse* response);
   // Checks that the caller may watch the job; then the transport polls WatchState.
   Status StartWatch(std::string_view authorization, const proto::WatchJobRequest& request);
   // The job now and its change counter (NOT_FOUND).

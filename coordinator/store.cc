@@ -141,9 +141,12 @@ Store::~Store() {
 }
 
 Status Store::Scan(std::string_view prefix,
-                   const std::function<Status(std::string_view, std::string_view)>& fn) {
+                   const std::function<Status(std::string_view, std::string_view)>& fn,
+                   std::string_view from, size_t limit) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+  const std::string_view start = from > prefix ? from : prefix;
+  for (it->Seek(rocksdb::Slice(start.data(), start.size())); it->Valid() && limit > 0;
+       it->Next(), --limit) {
     const rocksdb::Slice key = it->key();
     if (!key.starts_with(rocksdb::Slice(prefix.data(), prefix.size()))) break;
     FB_RETURN_IF_ERROR(fn(std::string_view(key.data(), key.size()),

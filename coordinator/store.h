@@ -50,10 +50,12 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Calls fn(key, value) for every key starting with `prefix`, in key order. INTERNAL on a
-  // read error, or the first non-OK status fn returns.
+  // Calls fn(key, value) for every key starting with `prefix` and not before `from` (when
+  // given), in key order, at most `limit` times. INTERNAL on a read error, or the first non-OK
+  // status fn returns.
   Status Scan(std::string_view prefix,
-              const std::function<Status(std::string_view key, std::string_view value)>& fn);
+              const std::function<Status(std::string_view key, std::string_view value)>& fn,
+              std::string_view from = {}, size_t limit = SIZE_MAX);
 
   // Queues `writes` and returns their sequence number (> 0). An empty set gets no number: the
   // last appended one is returned.

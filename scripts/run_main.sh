@@ -9,8 +9,9 @@
 #     steps) and follows it with `fullband watch`;
 #   - midway, kills worker rank 1 with SIGKILL, once, as a deliberate fault: the coordinator
 #     restarts the job from its last checkpoint by itself;
-#   - ends with the job's ledger (tokens, token-equivalents, FLOPs, wasted compute, restarts)
-#     and the first and last loss of each pass count, and stops the coordinator.
+#   - ends with the job's ledger (tokens, token-equivalents, FLOPs, wasted compute, restarts),
+#     the first and last loss of each pass count from the job's history, and a plot of the
+#     losses (build/demo/run/loss.png), and stops the coordinator.
 # Re-running skips what is already ingested; the run directory is made afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,24 +93,21 @@ fault_pid=$!
 $fullband watch "$job" || true
 wait "$fault_pid" || true
 
-# ---- The summary: the ledger, then the first and last loss of each pass count.
+# ---- The summary: the ledger, the first and last loss of each pass count (from the job's
+# history in the coordinator), and a plot of them.
 $fullband status "$job"
-python3 - "$run/jobs/$job" <<'PY'
-import glob, re, sys
-steps = {}  # step -> (passes, per-pass losses); a later attempt's record of a step wins
-for path in sorted(glob.glob(f"{sys.argv[1]}/attempt-*.out"),
-                   key=lambda p: int(re.search(r"attempt-(\d+)", p)[1])):
-    for line in open(path):
-        m = re.match(r"step +(\d+)/\d+ +K=(\d+) +loss \S+ \[([^\]]*)\]", line)
-        if m:
-            steps[int(m[1])] = (int(m[2]), [float(x) for x in m[3].split()])
+$fullband status "$job" --history --json | python3 -c '
+import json, sys
+steps = json.load(sys.stdin).get("steps", [])
+restarts = sum(1 for a, b in zip(steps, steps[1:]) if a.get("attempt") != b.get("attempt"))
+print(f"history: {len(steps)} counted steps, {restarts} restart(s) among them")
 print("loss of each pass count (the pass-k loss of the steps that ran k or more passes):")
 for k in (1, 2, 3):
-    runs = [(s, v[1][k - 1]) for s, v in sorted(steps.items()) if v[0] >= k]
+    runs = [(int(s.get("step", 0)), s["losses"][k - 1]) for s in steps if int(s["passes"]) >= k]
     if runs:
         print(f"  pass {k}: {runs[0][1]:.3f} at step {runs[0][0]} -> {runs[-1][1]:.3f} at step "
-              f"{runs[-1][0]} ({len(runs)} steps)")
-PY
+              f"{runs[-1][0]} ({len(runs)} steps)")'
+$fullband plot "$job" --out "$run/loss.png"
 kill -TERM "$coordinator_pid"
 wait "$coordinator_pid" 2> /dev/null || true
 trap - EXIT

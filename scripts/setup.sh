@@ -11,7 +11,8 @@ packages=(
   libopenblas-dev libopenblas0-pthread libdnnl-dev
   libyaml-cpp-dev libxxhash-dev libsimdjson-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   clang-format python3 python3-numpy python3-yaml python3-torch
-  prometheus  # promtool validates the /metrics exposition in tests
+  prometheus  # promtool validates the /metrics exposition in tests; a real scrape test
+  gnuplot-nox  # `fullband plot`
   libssl-dev linux-doc-6.1 nodejs  # tokenizer: SHA-256; parity/bench text; the tiktoken reference
 )
 

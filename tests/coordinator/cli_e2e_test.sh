@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The coordinator's commands end to end: `fullband coordinator` on a free loopback port, then
-# the /metrics port it printed, submit --wait (a job of fake_worker runs to completion), status [--json], a bad job file,
+# the /metrics port it printed, submit --wait (a job of fake_worker runs to completion), status
+# [--json], its history and plot, a bad job file,
 # an unknown job, cancel, and a clean stop on SIGTERM.
 # Usage: cli_e2e_test.sh FULLBAND FAKE_WORKER
 set -euo pipefail
@@ -42,6 +43,19 @@ grep -q '"state":"JOB_STATE_COMPLETED"' <<< "$json" || fail "status --json: $jso
 grep -q '"steps":"30"' <<< "$json" || fail "ledger steps: $json"
 text=$("$fullband" status "$job")
 grep -q "passes: 20×1 10×2" <<< "$text" || fail "pass histogram: $text"
+
+# The history: every counted step, a line each (and a header), or as JSON; then the plot.
+history=$("$fullband" status "$job" --history)
+[[ $(wc -l <<< "$history") == 31 ]] || fail "status --history: $history"
+# Step 29, the last, is a two-pass step: fake_worker reports 10 / (1 + step) + 0.1 k.
+tail -1 <<< "$history" | grep -Eq '^ +29 +0 +2 +128 .* 0\.3333 0\.4333$' ||
+  fail "last history line: $(tail -1 <<< "$history")"
+json=$("$fullband" status "$job" --history --json)
+[[ $(grep -o '"passes":' <<< "$json" | wc -l) == 30 ]] || fail "status --history --json: $json"
+"$fullband" plot "$job" --out "$dir/loss.png" | grep -q "30 steps plotted" || fail "plot"
+[[ $(head -c 8 "$dir/loss.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] ||
+  fail "plot: not a PNG"
+(($(stat -c %s "$dir/loss.png") > 5000)) || fail "plot: $(stat -c %s "$dir/loss.png") bytes"
 
 set +e
 "$fullband" submit "$dir/bad.yaml" 2> "$dir/bad.err"; rc=$?

@@ -443,6 +443,46 @@ TEST_F(CoordinatorTest, ReportFailure_RestartsThenFailsWhenOutOfRestarts) {
   EXPECT_EQ(coordinator_->ReportFailure("none", 1, "x").code(), StatusCode::kNotFound);
 }
 
+// The history is every counted step with its losses, time and attempt, in pages; steps rolled
+// back by a restart leave it, and the new attempt's steps take their place.
+TEST_F(CoordinatorTest, History_PagesThroughCountedStepsWithTheirAttempt) {
+  const double start = clock_.NowSeconds();
+  const std::string id = StartJob();
+  RunSteps(id, 0, 6);
+  ASSERT_TRUE(coordinator_->CommitCheckpoint(id, 7, 4, "/c/4", 1).ok());
+  ASSERT_TRUE(coordinator_->ReportFailure(id, 7, "rank 1 exited").ok());  // steps 4, 5 wasted
+  clock_.Advance(10);
+  coordinator_->Tick();
+  ASSERT_TRUE(coordinator_->RegisterWorkerGroup(id, 8, 1, 1).ok());
+  clock_.Advance(100);
+  RunSteps(id, 4, 7, 8);
+  ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
+
+  StatusOr<proto::GetJobHistoryResponse> first = coordinator_->History(id, 0, 3);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->steps_size(), 3);
+  EXPECT_EQ(first->next_start_step(), 3);
+  StatusOr<proto::GetJobHistoryResponse> rest = coordinator_->History(id, 3, 100);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->next_start_step(), -1);
+  std::vector<proto::StepRecord> all(first->steps().begin(), first->steps().end());
+  all.insert(all.end(), rest->steps().begin(), rest->steps().end());
+  ASSERT_EQ(all.size(), 7u);
+  for (int64_t s = 0; s < 7; ++s) {
+    const proto::StepRecord& r = all[static_cast<size_t>(s)];
+    EXPECT_EQ(r.step(), s);
+    EXPECT_EQ(r.attempt(), s < 4 ? 0 : 1) << s;
+    EXPECT_EQ(r.unix_time(), start + (s < 4 ? 0 : 110)) << s;
+    EXPECT_EQ(r.tokens(), 128);
+    EXPECT_EQ(r.passes(), 1);
+    ASSERT_EQ(r.losses_size(), 1);
+    EXPECT_EQ(r.losses(0), 2.5);
+    EXPECT_EQ(r.step_seconds(), 0.5);
+  }
+  EXPECT_EQ(coordinator_->History(id, 7, 10)->steps_size(), 0);
+  EXPECT_EQ(coordinator_->History("job-999999", 0, 10).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, Backoff_DoublesUpToItsCap) {
   Config c = SmallConfig();
   c.launcher.max_restarts = 5;

@@ -115,6 +115,9 @@ class GrpcServerTest : public ::testing::Test {
     proto::GetJobRequest get;
     get.set_job_id(id);
     add("/fullband.proto.JobService/GetJob", get, kAlice);
+    proto::GetJobHistoryRequest history;
+    history.set_job_id(id);
+    add("/fullband.proto.JobService/GetJobHistory", history, kAlice);
     proto::CancelJobRequest cancel;
     cancel.set_job_id(other);
     cancel.set_reason("r");
@@ -227,6 +230,8 @@ TEST_F(GrpcServerTest, Auth_MissingWrongRoleAndOtherUsersJobs_AreRefused) {
   // Bob may not see or cancel alice's job, and does not list it; the admin may.
   EXPECT_EQ(Jobs(kBob)->Get(id).status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(Jobs(kBob)->Cancel(id, "").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Jobs(kBob)->History(id).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Jobs(kAlice)->History(id).ok());
   EXPECT_TRUE(Jobs(kBob)->List(true)->empty());
   EXPECT_EQ(Jobs(kAdmin)->List(true)->size(), 1u);
   // A user token may not use the worker service; a worker token only for its own job.

@@ -92,6 +92,24 @@ TEST_F(RpcHandlerTest, JobServiceLimits_AreInvalidArgumentOrNotFound) {
          "request_id");
 }
 
+TEST_F(RpcHandlerTest, HistoryLimits_NameTheField) {
+  const auto history = [&](const std::string& id, int64_t start, int32_t max) {
+    proto::GetJobHistoryRequest r;
+    r.set_job_id(id);
+    r.set_start_step(start);
+    r.set_max_steps(max);
+    proto::GetJobHistoryResponse out;
+    return handler_->GetJobHistory("", r, &out);
+  };
+  Expect([&] { return history("", 0, 0); }, StatusCode::kInvalidArgument, "job_id");
+  Expect([&] { return history("job-999999", 0, 0); }, StatusCode::kNotFound, "job-999999");
+  Expect([&] { return history(job_, -1, 0); }, StatusCode::kInvalidArgument, "start_step");
+  Expect([&] { return history(job_, 0, -1); }, StatusCode::kInvalidArgument, "max_steps");
+  Expect([&] { return history(job_, 0, 10001); }, StatusCode::kInvalidArgument, "max_steps");
+  EXPECT_TRUE(history(job_, 0, 10000).ok());
+  EXPECT_TRUE(history(job_, 5, 0).ok());
+}
+
 TEST_F(RpcHandlerTest, RegisterLimits_NameTheField) {
   proto::RegisterWorkerGroupResponse out;
   const auto reg = [&](const std::function<void(proto::RegisterWorkerGroupRequest&)>& edit) {
