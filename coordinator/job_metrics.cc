@@ -45,28 +45,32 @@ const Family kFamilies[] = {
      [](const JobInfo& j) { return j.ledger.wall_seconds; }},
 };
 
+// Not "job": Prometheus gives every scraped sample a `job` label of its own (the scrape job),
+// and would rename this one to `exported_job`.
+constexpr char kJobLabel[] = "job_id";
+
 }  // namespace
 
 void WriteJobMetrics(const std::vector<JobInfo>& jobs, PrometheusWriter& w) {
   for (const Family& f : kFamilies) {
     w.Family(f.name, f.type, f.help);
-    for (const JobInfo& j : jobs) w.Sample({{"job", j.id}, {"owner", j.spec.owner}}, f.value(j));
+    for (const JobInfo& j : jobs) w.Sample({{kJobLabel, j.id}, {"owner", j.spec.owner}}, f.value(j));
   }
   w.Family("fullband_job_state", MetricType::kGauge, "1 for the job's current state.");
   for (const JobInfo& j : jobs) {
-    w.Sample({{"job", j.id}, {"state", std::string(JobStateName(j.state))}}, 1);
+    w.Sample({{kJobLabel, j.id}, {"state", std::string(JobStateName(j.state))}}, 1);
   }
   w.Family("fullband_job_last_loss", MetricType::kGauge,
            "Loss of each pass of the last counted step.");
   for (const JobInfo& j : jobs) {
     for (size_t k = 0; k < j.ledger.last_losses.size(); ++k) {
-      w.Sample({{"job", j.id}, {"pass", std::to_string(k + 1)}}, j.ledger.last_losses[k]);
+      w.Sample({{kJobLabel, j.id}, {"pass", std::to_string(k + 1)}}, j.ledger.last_losses[k]);
     }
   }
   w.Family("fullband_job_pass_steps", MetricType::kGauge, "Counted steps by pass count.");
   for (const JobInfo& j : jobs) {
     for (const auto& [passes, n] : j.ledger.pass_histogram) {
-      w.Sample({{"job", j.id}, {"passes", std::to_string(passes)}}, static_cast<double>(n));
+      w.Sample({{kJobLabel, j.id}, {"passes", std::to_string(passes)}}, static_cast<double>(n));
     }
   }
 }

@@ -499,10 +499,10 @@ TEST_F(GrpcServerTest, HealthCheck_AnswersServing) {
 TEST_F(GrpcServerTest, Metrics_RenderEveryJob) {
   const auto [id, token] = SubmitAndLaunch();
   const std::string text = service_->RenderMetrics();
-  EXPECT_NE(text.find("fullband_job_budget_remaining{job=\"" + id + "\",owner=\"alice\"} 2560"),
+  EXPECT_NE(text.find("fullband_job_budget_remaining{job_id=\"" + id + "\",owner=\"alice\"} 2560"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("fullband_job_state{job=\"" + id + "\",state=\"LAUNCHING\"} 1"),
+  EXPECT_NE(text.find("fullband_job_state{job_id=\"" + id + "\",state=\"LAUNCHING\"} 1"),
             std::string::npos);
   // The exposition is valid for Prometheus' own checker.
   const std::string path = (dir_ / "metrics.txt").string();
