@@ -23,11 +23,12 @@ start_coordinator() {
   export FULLBAND_COORDINATOR=127.0.0.1:${line##* }
 }
 
-# Writes a coordinator.yaml for a local test to $1: loopback on a free port, its store and job
-# directories under $dir, fast ticks and heartbeats; lines of $2 are appended.
+# Writes a coordinator.yaml for a local test to $1: loopback on a free port (or on $listen when
+# set), its store and job directories under $dir, fast ticks and heartbeats; lines of $2 are
+# appended.
 write_coordinator_config() {
   cat > "$1" <<YAML
-listen: 127.0.0.1:0
+listen: ${listen:-127.0.0.1:0}
 store_dir: $dir/store
 jobs_dir: $dir/jobs
 tick_seconds: 0.05
