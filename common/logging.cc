@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "common/check.h"
@@ -20,8 +21,6 @@ LogLevel ThresholdFromEnv() {
   return LogLevel::kInfo;
 }
 
-const std::chrono::steady_clock::time_point kStart = std::chrono::steady_clock::now();
-
 }  // namespace
 
 bool LogEnabled(LogLevel level) {
@@ -31,14 +30,22 @@ bool LogEnabled(LogLevel level) {
 
 namespace internal {
 
+// The prefix's time is UTC wall-clock time to the millisecond, so that the logs of the
+// coordinator and of every rank on every machine line up.
 LogMessage::LogMessage(LogLevel level, const char* file, int line) {
   static const char kLetters[] = {'D', 'I', 'W', 'E'};
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - kStart).count();
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc;
+  gmtime_r(&seconds, &utc);
+  char time[32];
+  std::strftime(time, sizeof(time), "%Y-%m-%dT%H:%M:%S", &utc);
   const char* base = std::strrchr(file, '/');
-  char prefix[96];
-  std::snprintf(prefix, sizeof(prefix), "%c %9.3f %s:%d] ", kLetters[static_cast<int>(level)],
-                seconds, base ? base + 1 : file, line);
+  char prefix[128];
+  std::snprintf(prefix, sizeof(prefix), "%c %s.%03dZ %s:%d] ", kLetters[static_cast<int>(level)],
+                time, static_cast<int>(millis), base ? base + 1 : file, line);
   stream_ << prefix;
 }
 

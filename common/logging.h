@@ -1,5 +1,6 @@
 // Minimal leveled logging to stderr: FB_LOG(INFO) << "step " << step;
-// One line per statement, prefixed with level, time since process start and file:line.
+// One line per statement, prefixed with level, UTC time (ms) and file:line:
+//   I 2026-12-07T08:40:01.123Z trainer.cc:449] resuming at step 40 from ...
 // Thread-safe: each statement is formatted into a buffer and written with one call.
 // The threshold comes from FULLBAND_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR), default INFO.
 #pragma once

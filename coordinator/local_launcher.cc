@@ -307,6 +307,12 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
                                    "' is not an executable file"));
     }
     argv.push_back(options_.mpirun);
+    // Note [Fast failure]: when a rank dies, mpirun sends the others SIGTERM and, by default,
+    // waits a second before SIGKILL and its own exit; that second is most of the time the
+    // coordinator needs to see the failure. A rank has nothing to do on the way out (a
+    // checkpoint is committed whole or not at all), so the attempt ends at once. Options in
+    // mpirun_args come after and may set it back.
+    for (const char* a : {"--mca", "odls_base_sigkill_timeout", "0"}) argv.push_back(a);
     argv.insert(argv.end(), options_.mpirun_args.begin(), options_.mpirun_args.end());
     const int cores = options_.cores > 0 ? options_.cores : AvailableCores();
     if (spec.processes > cores) argv.push_back("--oversubscribe");

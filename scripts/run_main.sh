@@ -108,6 +108,14 @@ for k in (1, 2, 3):
         print(f"  pass {k}: {runs[0][1]:.3f} at step {runs[0][0]} -> {runs[-1][1]:.3f} at step "
               f"{runs[-1][0]} ({len(runs)} steps)")'
 $fullband plot "$job" --out "$run/loss.png"
+# The coordinator's own cost: its CPU time (user + system, /proc) against the job's wall time.
+python3 - "$coordinator_pid" "$($fullband status "$job" --json)" <<'PY'
+import json, os, sys
+fields = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+wall = json.loads(sys.argv[2])["ledger"]["wall_seconds"]
+print(f"coordinator: {cpu:.2f} s of CPU over the job's {wall:.0f} s ({100 * cpu / wall:.2f}% of one core)")
+PY
 kill -TERM "$coordinator_pid"
 wait "$coordinator_pid" 2> /dev/null || true
 trap - EXIT

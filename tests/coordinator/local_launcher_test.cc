@@ -308,7 +308,8 @@ TEST_F(LocalLauncherTest, Launch_MoreProcessesThanCores_PassesOversubscribe) {
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
   ASSERT_EQ(launcher.Wait(*handle, milliseconds(30'000))->exit_code, 0);
   const std::string out = ReadFile((dir_ / "logs/attempt-0.out").string());
-  EXPECT_EQ(out.substr(0, out.find('\n')), "--bind-to none --oversubscribe -np 3 true a b");
+  EXPECT_EQ(out.substr(0, out.find('\n')),
+            "--mca odls_base_sigkill_timeout 0 --bind-to none --oversubscribe -np 3 true a b");
   EXPECT_NE(out.find(geteuid() == 0 ? "root=1,1\n" : "root=,\n"), std::string::npos) << out;
 }
 
@@ -324,7 +325,7 @@ TEST_F(LocalLauncherTest, Launch_NoMoreProcessesThanCores_UsesMpirunWithoutOvers
   ASSERT_TRUE(handle.ok());
   ASSERT_EQ(launcher.Wait(*handle, milliseconds(30'000))->exit_code, 0);
   const std::string out = ReadFile((dir_ / "logs/attempt-0.out").string());
-  EXPECT_EQ(out.substr(0, out.find('\n')), "-np 2 true");
+  EXPECT_EQ(out.substr(0, out.find('\n')), "--mca odls_base_sigkill_timeout 0 -np 2 true");
 }
 
 TEST_F(LocalLauncherTest, LaunchPollWaitKill_FromManyThreads_AreConsistent) {
