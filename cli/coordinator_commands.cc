@@ -296,7 +296,7 @@ std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecor
   script += data + "plot ";
   for (int64_t k = 1; k <= max_passes; ++k) {
     script += (k > 1 ? ", " : "") + std::string("$pass") + std::to_string(k) +
-              " with lines lw 1.5 title 'pass " + std::to_string(k) + "'";
+              " with linespoints lw 1.5 pt 7 ps 0.5 title 'pass " + std::to_string(k) + "'";
   }
   return script + "\n";
 }

@@ -54,9 +54,10 @@ DurableFile::DurableFile(std::string path, rocksdb::FileSystem* fs)
 StatusOr<std::unique_ptr<DurableFile>> DurableFile::Create(const std::string& path,
                                                            rocksdb::FileSystem* fs) {
   std::unique_ptr<DurableFile> f(new DurableFile(path, OrDefault(fs)));
-  FB_RETURN_IF_ERROR(
-      Io(f->fs_->NewWritableFile(f->temp_, rocksdb::FileOptions(), &f->file_, nullptr),
-         "cannot create", f->temp_));
+  rocksdb::FileOptions options;
+  options.use_mmap_writes = false;  // write(2): a full disk is an error, never a SIGBUS
+  FB_RETURN_IF_ERROR(Io(f->fs_->NewWritableFile(f->temp_, options, &f->file_, nullptr),
+                        "cannot create", f->temp_));
   return f;
 }
 

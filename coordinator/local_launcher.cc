@@ -228,6 +228,23 @@ bool WaitGone(pid_t pid, uint64_t start_time, std::chrono::milliseconds timeout)
   return gone;
 }
 
+// The last line of the log file `path` that reports an error: a worker's "fullband worker: ..."
+// or an ERROR log line ("E <time> ..."); "" when there is none in its last 16 KiB.
+std::string LastErrorLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - (16 << 10));
+  in.seekg(from);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.starts_with("fullband worker: ") || line.starts_with("E ")) last = line;
+  }
+  constexpr size_t kMax = 400;  // a reason stays readable (and under the RPC's limits)
+  return last.size() > kMax ? last.substr(0, kMax) + "..." : last;
+}
+
 }  // namespace
 
 struct LocalLauncher::Attempt {
@@ -239,6 +256,7 @@ struct LocalLauncher::Attempt {
   int pidfd = -1;
   bool done = false;        // reaped; `state` is final
   std::string kill_detail;  // set by Kill before the end it caused
+  std::string err_log;      // the attempt's stderr file
   LaunchState state;
 };
 
@@ -386,6 +404,7 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
 
   auto attempt = std::make_shared<Attempt>();
   attempt->pid = pid;
+  attempt->err_log = base + ".err";
   attempt->pidfd = PidfdOpen(pid);  // the child is unreaped, so its pid is still its own
   std::optional<ProcStat> stat = ReadProcStat(pid);  // unreaped, so /proc still has it
   const std::string handle =
@@ -432,6 +451,11 @@ void LocalLauncher::Finish(Attempt& attempt, bool block) {
   if (!attempt.kill_detail.empty()) {
     s.phase = LaunchState::Phase::kKilled;
     s.detail = attempt.kill_detail + " (" + s.detail + ")";
+  } else if (s.exit_code != 0) {
+    // The group may end before its rank 0 could report why (another rank's exit ends it):
+    // the last error its ranks printed says.
+    const std::string error = LastErrorLine(attempt.err_log);
+    if (!error.empty()) s.detail += "; last error: " + error;
   }
   attempt.done = true;
 }

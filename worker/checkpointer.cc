@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -157,7 +158,7 @@ Status Checkpointer::Poll(bool wait, const CommitFn& commit) {
   if (writer_.joinable()) writer_.join();
   in_flight_ = false;
   Status s = write_status_;
-  if (s.ok() && flags[1] != 0) s = InternalError("another rank failed to write its shard");
+  if (flags[1] != 0) FB_RETURN_IF_ERROR(FirstWriteError(&s));
   if (s.ok() && rank_ == 0) s = Commit(commit);
   if (s.ok()) {
     failures_ = 0;
@@ -172,6 +173,28 @@ Status Checkpointer::Poll(bool wait, const CommitFn& commit) {
                            std::to_string(failures_) + " in a row): " + s.ToString();
   if (failures_ >= options_.max_failures) return Status(s.code(), what);
   if (!write_status_.ok() || rank_ == 0) FB_LOG(WARNING) << what << "; training goes on";
+  return OkStatus();
+}
+
+// A rank failed to write its shard: every rank learns the first failed rank's error, so that
+// rank 0 reports the cause (a full disk, a permission) and not just that some rank failed.
+Status Checkpointer::FirstWriteError(Status* s) {
+  constexpr int64_t kBytes = 512;  // of each rank's message
+  std::string mine(kBytes, '\0');
+  if (!write_status_.ok()) {
+    const std::string text = "rank " + std::to_string(rank_) + ": " + write_status_.message();
+    mine.replace(0, std::min<size_t>(text.size(), kBytes - 1), text, 0, kBytes - 1);
+  }
+  std::string all(static_cast<size_t>(kBytes * comm_->size()), '\0');
+  FB_RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), kBytes, CommType::kU8));
+  if (!s->ok()) return OkStatus();  // this rank's own error says it
+  for (int r = 0; r < comm_->size(); ++r) {
+    const char* text = all.data() + r * kBytes;
+    if (text[0] != '\0') {
+      *s = InternalError(std::string(text, strnlen(text, kBytes)));
+      break;
+    }
+  }
   return OkStatus();
 }
 

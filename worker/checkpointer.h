@@ -78,6 +78,7 @@ class Checkpointer {
   Checkpointer(Options options, Model* model, AdamW* optimizer, Communicator* comm)
       : options_(std::move(options)), model_(model), optimizer_(optimizer), comm_(comm) {}
   // Rank 0: the manifest, the rename, the commit callback and pruning.
+  Status FirstWriteError(Status* s);
   Status Commit(const CommitFn& commit);
   std::vector<checkpoint::PieceRef> Pieces() const;
 

@@ -81,6 +81,21 @@ TEST_F(LocalLauncherTest, Launch_ExitThree_IsExitedWithCodeThree) {
   EXPECT_EQ(state->detail, "exited with code 3");
 }
 
+// A group that ends before its rank 0 could report why: its last error line says.
+TEST_F(LocalLauncherTest, Launch_FailedExit_DetailQuotesTheLastErrorLine) {
+  LocalLauncher launcher(Direct());
+  auto handle = launcher.Launch(
+      Spec("echo 'fullband worker: rank 0: earlier' >&2; echo noise >&2; "
+           "echo 'fullband worker: rank 1: INTERNAL: cannot write x: No space left' >&2; "
+           "echo done >&2; exit 1"));
+  ASSERT_TRUE(handle.ok());
+  auto state = launcher.Wait(*handle, milliseconds(30'000));
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->detail,
+            "exited with code 1; last error: fullband worker: rank 1: INTERNAL: cannot write x: "
+            "No space left");
+}
+
 TEST_F(LocalLauncherTest, Launch_WritesStdoutAndStderrToTheAttemptsFiles) {
   LocalLauncher launcher(Direct());
   auto handle = launcher.Launch(Spec("echo out; echo err >&2; read x || echo stdin-empty", 4));
