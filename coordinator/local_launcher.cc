@@ -282,47 +282,112 @@ std::map<std::string, std::string> WorkerEnvironment(
   return env;
 }
 
-StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
-  auto fail = [this](Status status) {
-    std::lock_guard lock(mu_);
-    ++failures_;
-    return status;
-  };
+namespace {
+
+Status CheckSpec(const LaunchSpec& spec) {
   const std::string what = "launch job " + spec.job_id + ": ";
   if (spec.command.empty() || spec.command[0].empty()) {
-    return fail(InvalidArgumentError(what + "the worker command is empty"));
+    return InvalidArgumentError(what + "the worker command is empty");
   }
   if (spec.processes < 1) {
-    return fail(InvalidArgumentError(what + "processes is " + std::to_string(spec.processes) +
-                                     ", must be at least 1"));
+    return InvalidArgumentError(what + "processes is " + std::to_string(spec.processes) +
+                                ", must be at least 1");
   }
-  if (spec.attempt < 0) return fail(InvalidArgumentError(what + "attempt is negative"));
-  if (spec.log_dir.empty()) return fail(InvalidArgumentError(what + "log_dir is empty"));
+  if (spec.attempt < 0) return InvalidArgumentError(what + "attempt is negative");
+  if (spec.log_dir.empty()) return InvalidArgumentError(what + "log_dir is empty");
+  return OkStatus();
+}
 
-  // The environment (Note [Worker environment] in the header).
-  std::map<std::string, std::string> env = WorkerEnvironment(environ, options_.pass_env, spec.env);
-  const bool direct = spec.processes == 1 && options_.direct_single_process;
-  if (!direct && geteuid() == 0) {
-    // Open MPI refuses to run as root without both (docs/PARALLEL.md).
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+// The attempt's stdout and stderr files (<log_dir>/attempt-<N>.out, .err), opened for appending;
+// the header line naming the command goes to stderr.
+struct LogFiles {
+  std::string base;  // <log_dir>/attempt-<N>
+  int out = -1, err = -1;
+};
+
+StatusOr<LogFiles> OpenLogs(const LaunchSpec& spec, const std::string& command_line) {
+  std::error_code ec;
+  std::filesystem::create_directories(spec.log_dir, ec);
+  if (ec) {
+    return InternalError("launch job " + spec.job_id + ": cannot create log directory " +
+                         spec.log_dir + ": " + ec.message());
   }
-  const std::string path = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+  LogFiles logs;
+  logs.base = spec.log_dir + "/attempt-" + std::to_string(spec.attempt);
+  for (int* fd : {&logs.out, &logs.err}) {
+    const std::string file = logs.base + (fd == &logs.out ? ".out" : ".err");
+    *fd = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+      const std::string error = std::strerror(errno);
+      if (logs.out >= 0 && fd != &logs.out) close(logs.out);
+      return InternalError("launch job " + spec.job_id + ": cannot open log file " + file + ": " +
+                           error);
+    }
+  }
+  const std::string header = "fullband: job " + spec.job_id + " attempt " +
+                             std::to_string(spec.attempt) + ": " + command_line + "\n";
+  if (write(logs.err, header.data(), header.size()) < 0) {
+    FB_LOG(WARNING) << "cannot write to " << logs.base << ".err: " << std::strerror(errno);
+  }
+  return logs;
+}
 
+// Starts `program` with `argv` and `env` in a new session (and so a new process group: Note
+// [Attempt cleanup]), stdin from /dev/null, stdout and stderr to `logs`, no blocked signals and
+// every signal at its default disposition (the coordinator may ignore SIGPIPE or block signals
+// on this thread). Returns the errno of a failed start.
+int SpawnInSession(const std::string& program, std::vector<std::string> argv,
+                   const std::map<std::string, std::string>& env, const LogFiles& logs,
+                   pid_t* pid) {
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> c_env, c_argv;
+  for (std::string& s : env_strings) c_env.push_back(s.data());
+  for (std::string& s : argv) c_argv.push_back(s.data());
+  c_env.push_back(nullptr);
+  c_argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, logs.out, 1);
+  posix_spawn_file_actions_adddup2(&actions, logs.err, 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  const int rc = posix_spawn(pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+}  // namespace
+
+// The program to start and its argv: the worker command, under mpirun unless the attempt runs
+// it directly.
+StatusOr<std::vector<std::string>> LocalLauncher::CommandLine(const LaunchSpec& spec,
+                                                              const std::string& path, bool direct,
+                                                              std::string* program) const {
   const std::string worker = Resolve(spec.command[0], path);
   if (worker.empty()) {
-    return fail(
-        InvalidArgumentError("launch job " + spec.job_id + ": worker program '" + spec.command[0] +
-                             "' is not an executable file" +
-                             (spec.command[0].find('/') == std::string::npos ? " in PATH" : "")));
+    return InvalidArgumentError("launch job " + spec.job_id + ": worker program '" +
+                                spec.command[0] + "' is not an executable file" +
+                                (spec.command[0].find('/') == std::string::npos ? " in PATH" : ""));
   }
   std::vector<std::string> argv;
-  std::string program = worker;
+  *program = worker;
   if (!direct) {
-    program = Resolve(options_.mpirun, path);
-    if (program.empty()) {
-      return fail(UnavailableError("launch job " + spec.job_id + ": mpirun '" + options_.mpirun +
-                                   "' is not an executable file"));
+    *program = Resolve(options_.mpirun, path);
+    if (program->empty()) {
+      return UnavailableError("launch job " + spec.job_id + ": mpirun '" + options_.mpirun +
+                              "' is not an executable file");
     }
     argv.push_back(options_.mpirun);
     // Note [Fast failure]: when a rank dies, mpirun sends the others SIGTERM and, by default,
@@ -338,73 +403,44 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
     argv.push_back(std::to_string(spec.processes));
   }
   argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+  return argv;
+}
 
-  std::error_code ec;
-  std::filesystem::create_directories(spec.log_dir, ec);
-  if (ec) {
-    return fail(InternalError("launch job " + spec.job_id + ": cannot create log directory " +
-                              spec.log_dir + ": " + ec.message()));
+StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
+  auto fail = [this](Status status) {
+    std::lock_guard lock(mu_);
+    ++failures_;
+    return status;
+  };
+  if (Status s = CheckSpec(spec); !s.ok()) return fail(s);
+  // The environment (Note [Worker environment] in the header).
+  std::map<std::string, std::string> env = WorkerEnvironment(environ, options_.pass_env, spec.env);
+  const bool direct = spec.processes == 1 && options_.direct_single_process;
+  if (!direct && geteuid() == 0) {
+    // Open MPI refuses to run as root without both (docs/PARALLEL.md).
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
   }
-  const std::string base = spec.log_dir + "/attempt-" + std::to_string(spec.attempt);
-  int log_fds[2] = {-1, -1};
-  for (int i = 0; i < 2; ++i) {
-    const std::string file = base + (i == 0 ? ".out" : ".err");
-    log_fds[i] = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fds[i] < 0) {
-      const std::string error = std::strerror(errno);
-      if (i == 1) close(log_fds[0]);
-      return fail(InternalError("launch job " + spec.job_id + ": cannot open log file " + file +
-                                ": " + error));
-    }
-  }
+  const std::string path = env.count("PATH") ? env["PATH"] : "/usr/local/bin:/usr/bin:/bin";
+  std::string program;
+  StatusOr<std::vector<std::string>> argv = CommandLine(spec, path, direct, &program);
+  if (!argv.ok()) return fail(argv.status());
   std::string command_line;
-  for (const std::string& arg : argv) command_line += (command_line.empty() ? "" : " ") + arg;
-  const std::string header = "fullband: job " + spec.job_id + " attempt " +
-                             std::to_string(spec.attempt) + ": " + command_line + "\n";
-  if (write(log_fds[1], header.data(), header.size()) < 0) {
-    FB_LOG(WARNING) << "cannot write to " << base << ".err: " << std::strerror(errno);
-  }
+  for (const std::string& arg : *argv) command_line += (command_line.empty() ? "" : " ") + arg;
+  StatusOr<LogFiles> logs = OpenLogs(spec, command_line);
+  if (!logs.ok()) return fail(logs.status());
 
-  std::vector<std::string> env_strings;
-  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> c_env, c_argv;
-  for (std::string& s : env_strings) c_env.push_back(s.data());
-  for (std::string& s : argv) c_argv.push_back(s.data());
-  c_env.push_back(nullptr);
-  c_argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, log_fds[0], 1);
-  posix_spawn_file_actions_adddup2(&actions, log_fds[1], 2);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // A new session, and so a new process group (Note [Attempt cleanup]); no blocked signals;
-  // every signal at its default disposition (the coordinator may ignore SIGPIPE or block
-  // signals on this thread).
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(log_fds[0]);
-  close(log_fds[1]);
+  const int rc = SpawnInSession(program, *argv, env, *logs, &pid);
+  close(logs->out);
+  close(logs->err);
   if (rc != 0) {
     return fail(UnavailableError("launch job " + spec.job_id + ": cannot start " + program + ": " +
                                  std::strerror(rc)));
   }
-
   auto attempt = std::make_shared<Attempt>();
   attempt->pid = pid;
-  attempt->err_log = base + ".err";
+  attempt->err_log = logs->base + ".err";
   attempt->pidfd = PidfdOpen(pid);  // the child is unreaped, so its pid is still its own
   std::optional<ProcStat> stat = ReadProcStat(pid);  // unreaped, so /proc still has it
   const std::string handle =

@@ -106,6 +106,8 @@ class LocalLauncher final : public Launcher {
 
   // The attempt of `handle`, or null.
   std::shared_ptr<Attempt> Find(const std::string& handle);
+  StatusOr<std::vector<std::string>> CommandLine(const LaunchSpec& spec, const std::string& path,
+                                                 bool direct, std::string* program) const;
   // Reaps an exited leader (after Note [Attempt cleanup]) and records its final state.
   void Finish(Attempt& attempt, bool block);
 

@@ -322,34 +322,37 @@ std::string Tokenizer::DefaultRanksPath() {
   return FULLBAND_DEFAULT_TOKENIZER_RANKS;
 }
 
-StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
-  std::ifstream in(ranks_path, std::ios::binary);
+namespace {
+
+using RankFile = std::vector<char, UninitializedHugePageAllocator<char>>;
+constexpr uint32_t kUnseen = UINT32_MAX;
+
+// The whole ranks file, read into huge pages: the file is 1.6 MB, and its 4 KB pages' first
+// touches cost more than the parsing on some virtual machines (common/allocators.h).
+StatusOr<RankFile> ReadRankFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return NotFoundError("tokenizer ranks " + ranks_path +
+    return NotFoundError("tokenizer ranks " + path +
                          ": cannot open (run scripts/fetch_deps.sh, or set "
                          "FULLBAND_TOKENIZER_RANKS)");
   }
-  // Read whole into huge pages: the file is 1.6 MB, and its 4 KB pages' first touches cost
-  // more than the parsing on some virtual machines (common/allocators.h).
-  std::vector<char, UninitializedHugePageAllocator<char>> file;
+  RankFile file;
   while (in) {
     const size_t have = file.size();
     file.resize(std::max<size_t>(have * 2, size_t{2} << 20));
     in.read(file.data() + have, static_cast<std::streamsize>(file.size() - have));
     file.resize(have + static_cast<size_t>(in.gcount()));
   }
-  if (in.bad()) return DataLossError("tokenizer ranks " + ranks_path + ": read error");
-  const std::string_view contents(file.data(), file.size());
+  if (in.bad()) return DataLossError("tokenizer ranks " + path + ": read error");
+  return file;
+}
 
-  Tokenizer t;
-  static std::atomic<uint64_t> loaded{0};
-  t.id_ = ++loaded;  // Note [Piece cache]
-  t.hash_ = Sha256Hex(contents);
-  // Each rank's bytes, decoded into one buffer in file order: where and how long.
-  std::string decoded;
-  decoded.reserve(contents.size());
-  constexpr uint32_t kUnseen = UINT32_MAX;
-  std::vector<std::pair<uint32_t, uint32_t>> spans(kNumRanks, {kUnseen, 0});
+// Parses the lines '<base64 token> <rank>': every rank's bytes, decoded into `decoded` in file
+// order, and (offset, length) of each in `spans` (kNumRanks of them, every one present once).
+Status ParseRanks(std::string_view contents, const std::string& path, std::string* decoded,
+                  std::vector<std::pair<uint32_t, uint32_t>>* spans) {
+  decoded->reserve(contents.size());
+  spans->assign(Tokenizer::kNumRanks, {kUnseen, 0});
   size_t line_start = 0;
   int64_t line_no = 0;
   while (line_start < contents.size()) {
@@ -360,13 +363,12 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
     ++line_no;
     if (line.empty()) continue;
     auto bad = [&](const std::string& why) {
-      return DataLossError("tokenizer ranks " + ranks_path + ":" + std::to_string(line_no) + ": " +
-                           why);
+      return DataLossError("tokenizer ranks " + path + ":" + std::to_string(line_no) + ": " + why);
     };
     const size_t space = line.find(' ');
     if (space == std::string_view::npos) return bad("expected '<base64 token> <rank>'");
-    const size_t at = decoded.size();
-    if (!DecodeBase64(line.substr(0, space), &decoded)) return bad("bad base64 token");
+    const size_t at = decoded->size();
+    if (!DecodeBase64(line.substr(0, space), decoded)) return bad("bad base64 token");
     const std::string_view rank_text = line.substr(space + 1);
     uint64_t rank = 0;
     if (rank_text.empty() || rank_text.size() > 9) return bad("bad rank");
@@ -374,84 +376,112 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
       if (c < '0' || c > '9') return bad("bad rank '" + std::string(rank_text) + "'");
       rank = rank * 10 + (c - '0');
     }
-    if (rank >= kNumRanks) {
-      return bad("rank " + std::to_string(rank) + " is not below " + std::to_string(kNumRanks) +
+    if (rank >= Tokenizer::kNumRanks) {
+      return bad("rank " + std::to_string(rank) + " is not below " +
+                 std::to_string(Tokenizer::kNumRanks) +
                  " (ids from there on are Phi-4 special tokens)");
     }
-    if (spans[rank].first != kUnseen) return bad("rank " + std::to_string(rank) + " appears twice");
-    spans[rank] = {static_cast<uint32_t>(at), static_cast<uint32_t>(decoded.size() - at)};
+    if ((*spans)[rank].first != kUnseen) {
+      return bad("rank " + std::to_string(rank) + " appears twice");
+    }
+    (*spans)[rank] = {static_cast<uint32_t>(at), static_cast<uint32_t>(decoded->size() - at)};
   }
-  for (uint32_t r = 0; r < kNumRanks; ++r) {
-    if (spans[r].first == kUnseen) {
-      return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
-                           " is missing (expected every rank below " + std::to_string(kNumRanks) +
-                           ")");
+  for (uint32_t r = 0; r < Tokenizer::kNumRanks; ++r) {
+    if ((*spans)[r].first == kUnseen) {
+      return DataLossError("tokenizer ranks " + path + ": rank " + std::to_string(r) +
+                           " is missing (expected every rank below " +
+                           std::to_string(Tokenizer::kNumRanks) + ")");
     }
   }
+  return OkStatus();
+}
 
-  // Token bytes, then the specials' text, in id order.
+}  // namespace
+
+StatusOr<Tokenizer> Tokenizer::Load(const std::string& ranks_path) {
+  FB_ASSIGN_OR_RETURN(const RankFile file, ReadRankFile(ranks_path));
+  const std::string_view contents(file.data(), file.size());
+  Tokenizer t;
+  static std::atomic<uint64_t> loaded{0};
+  t.id_ = ++loaded;  // Note [Piece cache]
+  t.hash_ = Sha256Hex(contents);
+  std::string decoded;
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
+  FB_RETURN_IF_ERROR(ParseRanks(contents, ranks_path, &decoded, &spans));
+  t.LayOutVocabulary(decoded, spans);
+  FB_RETURN_IF_ERROR(t.BuildRankTable(ranks_path));
+  return t;
+}
+
+// Token bytes, then the specials' text, in id order.
+void Tokenizer::LayOutVocabulary(const std::string& decoded,
+                                 const std::vector<std::pair<uint32_t, uint32_t>>& spans) {
   std::vector<std::string> special_text(kVocabSize - kNumRanks);
   for (const auto& [text, id] : kNamedSpecials) special_text[id - kNumRanks] = text;
   int dummy = 0;
   for (auto& text : special_text) {
     if (text.empty()) text = "<|dummy_" + std::to_string(dummy++) + "|>";
   }
-  t.offsets_.reserve(kVocabSize + 1);
-  t.bytes_.reserve(decoded.size() + 16 * special_text.size());
+  offsets_.reserve(kVocabSize + 1);
+  bytes_.reserve(decoded.size() + 16 * special_text.size());
   for (uint32_t id = 0; id < kVocabSize; ++id) {
-    t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
+    offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
     if (id < kNumRanks) {
-      t.bytes_.append(decoded, spans[id].first, spans[id].second);
+      bytes_.append(decoded, spans[id].first, spans[id].second);
     } else {
-      t.bytes_ += special_text[id - kNumRanks];
+      bytes_ += special_text[id - kNumRanks];
     }
   }
-  t.offsets_.push_back(static_cast<uint32_t>(t.bytes_.size()));
+  offsets_.push_back(static_cast<uint32_t>(bytes_.size()));
   for (uint32_t id = kNumRanks; id < kVocabSize; ++id) {
-    t.specials_.emplace(special_text[id - kNumRanks], id);
+    specials_.emplace(special_text[id - kNumRanks], id);
   }
+}
 
+// The table from token bytes to rank, the single bytes' ranks and the pair table. DATA_LOSS
+// naming `path` for a token that is empty, too long or repeated, or a byte without a token.
+Status Tokenizer::BuildRankTable(const std::string& path) {
   size_t slots = 1;
   while (slots < 2 * static_cast<size_t>(kNumRanks)) slots <<= 1;  // load < 0.5
-  t.table_.assign(slots, Slot{});
-  t.table_mask_ = static_cast<uint32_t>(slots - 1);
-  std::fill(std::begin(t.byte_rank_), std::end(t.byte_rank_), kNoRank);
+  table_.assign(slots, Slot{});
+  table_mask_ = static_cast<uint32_t>(slots - 1);
+  std::fill(std::begin(byte_rank_), std::end(byte_rank_), kNoRank);
   // Hashed and prefetched a batch ahead, then checked and inserted in rank order (Note [Building
   // the tables]).
   std::vector<uint64_t> hashes(kTableBatch);
   for (uint32_t first = 0; first < kNumRanks; first += kTableBatch) {
     const uint32_t end = std::min<uint32_t>(kNumRanks, first + kTableBatch);
     for (uint32_t r = first; r < end; ++r) {
-      const std::string_view b = t.TokenBytes(r);
+      const std::string_view b = TokenBytes(r);
       hashes[r - first] = HashBytes(reinterpret_cast<const unsigned char*>(b.data()), b.size());
-      t.PrefetchSlot(hashes[r - first]);
+      PrefetchSlot(hashes[r - first]);
     }
     for (uint32_t r = first; r < end; ++r) {
-      const std::string_view b = t.TokenBytes(r);
+      const std::string_view b = TokenBytes(r);
       const auto* p = reinterpret_cast<const unsigned char*>(b.data());
       if (b.empty() || b.size() > kMaxTokenBytes) {
-        return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+        return DataLossError("tokenizer ranks " + path + ": rank " + std::to_string(r) +
                              " has a token of " + std::to_string(b.size()) + " bytes (1 to " +
                              std::to_string(kMaxTokenBytes) + " allowed)");
       }
       const uint64_t h = hashes[r - first];
-      if (const uint32_t same = t.RankHashed(p, b.size(), h); same != kNoRank) {
-        return DataLossError("tokenizer ranks " + ranks_path + ": rank " + std::to_string(r) +
+      if (const uint32_t same = RankHashed(p, b.size(), h); same != kNoRank) {
+        return DataLossError("tokenizer ranks " + path + ": rank " + std::to_string(r) +
                              " repeats the token of rank " + std::to_string(same));
       }
-      t.max_token_len_ = std::max(t.max_token_len_, b.size());
-      t.InsertHashed(p, b.size(), h, r);
-      if (b.size() == 1) t.byte_rank_[p[0]] = r;
+      max_token_len_ = std::max(max_token_len_, b.size());
+      InsertHashed(p, b.size(), h, r);
+      if (b.size() == 1) byte_rank_[p[0]] = r;
     }
   }
-  t.BuildPairs();
+  BuildPairs();
   for (int b = 0; b < 256; ++b) {
-    if (t.byte_rank_[b] == kNoRank) {
-      return DataLossError("tokenizer ranks " + ranks_path + ": no token for the single byte " +
+    if (byte_rank_[b] == kNoRank) {
+      return DataLossError("tokenizer ranks " + path + ": no token for the single byte " +
                            std::to_string(b) + " (byte-level BPE needs all 256)");
     }
   }
-  return t;
+  return OkStatus();
 }
 
 void Tokenizer::InsertHashed(const unsigned char* p, size_t n, uint64_t h, uint32_t rank) {

@@ -62,6 +62,10 @@ class Tokenizer {
   };
 
   Tokenizer() = default;
+  // The steps of Load.
+  void LayOutVocabulary(const std::string& decoded,
+                        const std::vector<std::pair<uint32_t, uint32_t>>& spans);
+  Status BuildRankTable(const std::string& path);
   // The rank of bytes p[0..n), or kNoRank.
   uint32_t Rank(const unsigned char* p, size_t n) const;
   uint32_t RankHashed(const unsigned char* p, size_t n, uint64_t hash) const;
