@@ -6,6 +6,7 @@
 // failed, 2 bad usage or input.
 #include <google/protobuf/util/json_util.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -261,8 +262,8 @@ int PrintHistory(JobClient& client, const std::string& job_id, bool json) {
   return 0;
 }
 
-// The gnuplot program that draws `steps` (loss of each pass against token-equivalents, a
-// dashed line where a new attempt's steps begin) into the PNG file `out`.
+// The gnuplot program that draws `steps` (loss of each pass against token-equivalents, a red
+// line where a new attempt's steps begin) into the PNG file `out`.
 std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecord>& steps,
                        const std::string& out) {
   std::string quoted;  // a gnuplot single-quoted string: '' is a quote
@@ -320,14 +321,18 @@ int RunPlot(const std::vector<std::string>& args) {
   if (!steps.ok()) return Fail("plot", steps.status());
   if (steps->empty()) return Fail("plot", FailedPreconditionError(id + " has no counted steps"));
   const std::string out = *flags->Required("out");
-  FILE* gnuplot = ::popen("gnuplot 2>&1", "w");
+  ::signal(SIGPIPE, SIG_IGN);  // a gnuplot that stops reading is an error below, not a kill
+  FILE* gnuplot = ::popen("gnuplot >&2", "w");  // its complaints go to stderr
   if (gnuplot == nullptr) return Fail("plot", InternalError("cannot start gnuplot"));
   const std::string script = PlotScript(*job, *steps, out);
   std::fwrite(script.data(), 1, script.size(), gnuplot);
   const int status = ::pclose(gnuplot);
   if (status != 0) {
-    return Fail("plot", InternalError("gnuplot failed (exit status " + std::to_string(status) +
-                                      "; Debian package: gnuplot-nox) writing " + out));
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return Fail(
+        "plot",
+        InternalError("gnuplot failed writing " + out + " (exit code " + std::to_string(code) +
+                      (code == 127 ? ": not installed; Debian: gnuplot-nox)" : ")")));
   }
   std::printf("%s: %zu steps plotted to %s\n", id.c_str(), steps->size(), out.c_str());
   return 0;

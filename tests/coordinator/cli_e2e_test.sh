@@ -56,6 +56,12 @@ json=$("$fullband" status "$job" --history --json)
 [[ $(head -c 8 "$dir/loss.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] ||
   fail "plot: not a PNG"
 (($(stat -c %s "$dir/loss.png") > 5000)) || fail "plot: $(stat -c %s "$dir/loss.png") bytes"
+set +e
+"$fullband" plot "$job" --out "$dir/no/such/dir/loss.png" 2> "$dir/plot.err"; rc=$?
+set -e
+[[ $rc == 1 ]] || fail "plot into a missing directory: exit code $rc"
+grep -q "gnuplot failed writing $dir/no/such/dir/loss.png (exit code 1)" "$dir/plot.err" ||
+  fail "plot into a missing directory: $(cat "$dir/plot.err")"
 
 set +e
 "$fullband" submit "$dir/bad.yaml" 2> "$dir/bad.err"; rc=$?
