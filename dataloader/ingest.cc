@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -471,6 +472,288 @@ std::vector<std::string_view> SplitForEncoding(std::string_view text, size_t tar
   return parts;
 }
 
+namespace {
+
+// Where packed records go (Note [Opening a new store]): the store's writer, or memory while a
+// new store is still being opened on another thread.
+class RecordSink {
+ public:
+  RecordSink(const IngestOptions& options, TokenStoreWriter::Identity identity,
+             std::string description)
+      : out_(options.out),
+        identity_(std::move(identity)),
+        description_(std::move(description)),
+        record_(options.seq_len + 1) {}
+
+  // Note [Opening a new store]: creating a store takes 10-20 ms of synced writes. A store that does
+  // not exist yet has no sources to skip and no tail to continue, so it is created on another
+  // thread while the first chunks are read, encoded and packed; records packed before it is open
+  // wait in memory (a few MB: opening takes tens of ms while both cores encode). (A store another
+  // process makes in between is found when it opens, and the ingest stops with an error rather than
+  // pack onto a tail it did not start from.)
+  Status Start() {
+    auto open = [this] { return TokenStoreWriter::Open(out_, identity_, description_); };
+    if (fs::exists(fs::path(out_) / "CURRENT")) {
+      FB_ASSIGN_OR_RETURN(writer_, open());
+      return OkStatus();
+    }
+    staged_.reserve(kHugePageBytes / sizeof(uint32_t));
+    opening_ = std::async(std::launch::async, open);
+    return OkStatus();
+  }
+
+  // The writer: waits for a store being opened and moves the staged records into it.
+  StatusOr<TokenStoreWriter*> Writer() {
+    if (writer_) return writer_.get();
+    FB_ASSIGN_OR_RETURN(writer_, opening_.get());
+    const StoreMetadata& m = writer_->metadata();
+    if (m.num_sequences > 0 || !m.tail.empty() || !m.sources.empty()) {
+      return UnavailableError("ingest: store " + out_ +
+                              " was created by another process while this ingest started; "
+                              "run it again");
+    }
+    FB_RETURN_IF_ERROR(writer_->Append(staged_));
+    staged_ = Staged();
+    return writer_.get();
+  }
+  TokenStoreWriter* open_writer() const { return writer_.get(); }  // null while opening
+
+  Status Append(std::span<const uint32_t> records) {
+    if (!writer_ && opening_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      staged_.insert(staged_.end(), records.begin(), records.end());
+      return OkStatus();
+    }
+    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, Writer());
+    return w->Append(records);
+  }
+  // Records appended (or staged) since the last commit: a mark for RollbackTo.
+  int64_t appended() const {
+    return writer_ ? writer_->appended() : static_cast<int64_t>(staged_.size()) / record_;
+  }
+  Status RollbackTo(int64_t mark) {
+    if (writer_) return writer_->RollbackTo(mark);
+    staged_.resize(static_cast<size_t>(mark * record_));
+    return OkStatus();
+  }
+
+ private:
+  // Full records packed before the store opened (in huge pages: Note [Ingest memory]).
+  using Staged = std::vector<uint32_t, HugePageAllocator<uint32_t>>;
+
+  std::string out_;
+  TokenStoreWriter::Identity identity_;
+  std::string description_;
+  int64_t record_;
+  std::unique_ptr<TokenStoreWriter> writer_;
+  std::future<StatusOr<std::unique_ptr<TokenStoreWriter>>> opening_;
+  Staged staged_;
+};
+
+// One ingest: its inputs one at a time through the pipeline (Note [Ingest pipeline]) into the
+// sink, the sources committed in groups (Note [Ingest commit]), progress, and the result.
+class IngestRun {
+ public:
+  IngestRun(const Tokenizer& tokenizer, const IngestOptions& options, RecordSink* sink,
+            const std::function<void(const IngestProgress&)>& progress)
+      : options_(options),
+        record_(options.seq_len + 1),
+        sink_(sink),
+        progress_(progress),
+        pool_(tokenizer, options) {
+    for (auto& c : chunks_) c = std::make_unique<Chunk>();
+    if (const TokenStoreWriter* w = sink_->open_writer()) {
+      pending_ = w->metadata().tail;
+      for (const StoreSource& s : w->metadata().sources) sizes_.insert(s.bytes);
+    }
+  }
+
+  // Adds `input`, uncommitted, unless the store has its bytes already. On an error the input
+  // is rolled back.
+  Status Add(const Input& input) {
+    std::error_code ec;
+    const uint64_t size = input.is_stdin ? 0 : fs::file_size(input.name, ec);
+    if (!input.is_stdin && (ec || sizes_.count(size))) {
+      FB_ASSIGN_OR_RETURN(std::string digest, HashFile(input));
+      if (AlreadyIn(digest)) return Skip(input);
+    }
+    FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
+    StoreSource stats;
+    stats.name = input.name;
+    const int64_t mark = sink_->appended();
+    const std::vector<uint32_t> pending_at_start = pending_;
+    const auto undo = [&] {  // forget this input
+      pending_ = pending_at_start;
+      live_.documents -= stats.documents;
+      live_.tokens -= stats.tokens;
+      return sink_->RollbackTo(mark);
+    };
+    if (Status read = ReadAndPack(input, &src, &stats); !read.ok()) {
+      FB_RETURN_IF_ERROR(undo());
+      return read;
+    }
+    stats.bytes = src.bytes();
+    stats.xxh64 = src.digest();
+    if (AlreadyIn(stats.xxh64)) {  // stdin whose bytes were ingested before
+      FB_RETURN_IF_ERROR(undo());
+      return Skip(input);
+    }
+    uncommitted_.push_back(stats);
+    added_.insert(stats.xxh64);
+    sizes_.insert(stats.bytes);
+    uncommitted_bytes_ += stats.bytes;
+    ++result_.sources_added;
+    result_.totals.bytes += stats.bytes;
+    result_.totals.documents += stats.documents;
+    result_.totals.tokens += stats.tokens;
+    result_.replaced += stats.replaced;
+    return OkStatus();
+  }
+
+  // Sources are committed every kCommitBytes of input or kCommitSeconds, and at the end.
+  Status CommitIfDue() {
+    constexpr uint64_t kCommitBytes = 64 << 20;
+    constexpr double kCommitSeconds = 10;
+    if (uncommitted_bytes_ >= kCommitBytes ||
+        std::chrono::duration<double>(Clock::now() - last_commit_).count() >= kCommitSeconds) {
+      return Commit();
+    }
+    return OkStatus();
+  }
+  Status Commit() {
+    if (uncommitted_.empty()) return OkStatus();
+    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, sink_->Writer());
+    FB_RETURN_IF_ERROR(w->Commit(pending_, uncommitted_));
+    uncommitted_.clear();
+    uncommitted_bytes_ = 0;
+    last_commit_ = Clock::now();
+    return OkStatus();
+  }
+
+  StatusOr<IngestResult> Finish() {
+    FB_RETURN_IF_ERROR(Commit());
+    // An empty input still makes the store.
+    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, sink_->Writer());
+    FB_RETURN_IF_ERROR(w->Close());
+    result_.totals.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    live_ = result_.totals;
+    Report(true);
+    result_.sequences = w->metadata().num_sequences;
+    result_.tail_tokens = static_cast<int64_t>(w->metadata().tail.size());
+    return result_;
+  }
+
+ private:
+  bool AlreadyIn(const std::string& digest) const {
+    const TokenStoreWriter* w = sink_->open_writer();
+    return (w != nullptr && w->HasSource(digest)) || added_.count(digest) > 0;
+  }
+  Status Skip(const Input& input) {
+    ++result_.sources_skipped;
+    result_.skipped.push_back(input.name);
+    return OkStatus();
+  }
+
+  // Reads the input into chunks, encodes them on the pool, and packs the ids of each, oldest
+  // first, keeping one chunk free for the reader while the others are encoded.
+  Status ReadAndPack(const Input& input, ByteSource* src, StoreSource* stats) {
+    std::deque<Chunk*> inflight;
+    size_t next_free = 0;
+    DocumentReader reader(input, options_, src);
+    Status read = reader.Run(
+        [&] {
+          Chunk* c = chunks_[next_free++ % chunks_.size()].get();
+          c->Reset();
+          c->source = &input.name;
+          return c;
+        },
+        [&](Chunk* chunk) -> Status {
+          stats->documents += chunk->documents;
+          live_.documents += chunk->documents;
+          pool_.Submit(chunk);
+          inflight.push_back(chunk);
+          while (inflight.size() + 1 >= chunks_.size()) {
+            Chunk* oldest = inflight.front();
+            inflight.pop_front();
+            FB_RETURN_IF_ERROR(PackChunk(oldest, stats));
+          }
+          live_.bytes = result_.totals.bytes + src->bytes();
+          Report(false);
+          return OkStatus();
+        });
+    while (!inflight.empty()) {  // also after an error: no batch may outlive its chunk's use
+      Chunk* oldest = inflight.front();
+      inflight.pop_front();
+      if (read.ok()) {
+        read = PackChunk(oldest, stats);
+      } else {
+        pool_.Wait(oldest);
+      }
+    }
+    return read;
+  }
+
+  // Waits for the chunk's batches and packs their ids.
+  Status PackChunk(Chunk* chunk, StoreSource* stats) {
+    pool_.Wait(chunk);
+    for (size_t b = 0; b < chunk->num_batches; ++b) {
+      const Chunk::Batch& batch = chunk->batches[b];
+      FB_RETURN_IF_ERROR(batch.error);
+      stats->replaced += batch.replaced;
+      FB_RETURN_IF_ERROR(Pack(batch.ids, stats));
+    }
+    return OkStatus();
+  }
+
+  // Records straight from the encoded ids; pending_ holds the unfinished one.
+  Status Pack(std::span<const uint32_t> ids, StoreSource* stats) {
+    stats->tokens += static_cast<int64_t>(ids.size());
+    live_.tokens += static_cast<int64_t>(ids.size());
+    const size_t record = static_cast<size_t>(record_);
+    if (!pending_.empty()) {
+      const size_t take = std::min(ids.size(), record - pending_.size());
+      pending_.insert(pending_.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(take));
+      ids = ids.subspan(take);
+      if (pending_.size() < record) return OkStatus();
+      FB_RETURN_IF_ERROR(sink_->Append(pending_));
+      pending_.clear();
+    }
+    const size_t full = ids.size() / record * record;
+    if (full > 0) FB_RETURN_IF_ERROR(sink_->Append(ids.first(full)));
+    pending_.assign(ids.begin() + static_cast<std::ptrdiff_t>(full), ids.end());
+    return OkStatus();
+  }
+
+  void Report(bool force) {
+    if (!progress_) return;
+    const Clock::time_point now = Clock::now();
+    if (!force && now - last_report_ < std::chrono::milliseconds(500)) return;
+    last_report_ = now;
+    live_.seconds = std::chrono::duration<double>(now - start_).count();
+    progress_(live_);
+  }
+
+  const IngestOptions& options_;
+  const int64_t record_;
+  RecordSink* sink_;
+  const std::function<void(const IngestProgress&)>& progress_;
+  std::array<std::unique_ptr<Chunk>, kChunksInFlight + 1> chunks_;
+  EncoderPool pool_;
+  IngestResult result_;
+  IngestProgress live_;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point last_report_ = start_, last_commit_ = start_;
+  std::vector<uint32_t> pending_;  // ids of the unfinished record
+  std::vector<StoreSource> uncommitted_;
+  uint64_t uncommitted_bytes_ = 0;
+  std::unordered_set<std::string> added_;  // hashes of this run's sources
+  // Sizes of the sources in the store: a file of another size cannot be one of them, so only
+  // files of a known size are hashed before they are read (any other duplicate is still caught
+  // by the hash taken while reading, and rolled back).
+  std::unordered_set<uint64_t> sizes_;
+};
+
+}  // namespace
+
 StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& options_in,
                               const std::function<void(const IngestProgress&)>& progress) {
   IngestOptions options = options_in;
@@ -485,232 +768,29 @@ StatusOr<IngestResult> Ingest(const Tokenizer& tokenizer, const IngestOptions& o
   if (options.chunk_bytes < 1) return InvalidArgumentError("ingest: chunk_bytes must be >= 1");
   FB_ASSIGN_OR_RETURN(std::vector<Input> inputs, ExpandInputs(options));
 
-  nlohmann::json description = {
+  const nlohmann::json description = {
       {"pid", static_cast<int64_t>(::getpid())},
       {"started_unix", std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count()},
       {"inputs", options.inputs}};
-  const TokenStoreWriter::Identity identity{std::string(tokenizer.name()), tokenizer.hash(),
-                                            Tokenizer::kVocabSize, options.seq_len};
-  // Note [Opening a new store]: creating a store takes 10-20 ms of synced writes. A store that
-  // does not exist yet has no sources to skip and no tail to continue, so it is created on
-  // another thread while the first chunks are read, encoded and packed; records packed before
-  // it is open wait in memory (a few MB: opening takes tens of ms while both cores encode).
-  // (A store another process makes in between is found when it opens, and the ingest stops
-  // with an error rather than pack onto a tail it did not start from.)
-  std::unique_ptr<TokenStoreWriter> writer;
-  const std::string how = description.dump();
-  auto open_store = [&] { return TokenStoreWriter::Open(options.out, identity, how); };
-  std::future<StatusOr<std::unique_ptr<TokenStoreWriter>>> opening;
-  if (fs::exists(fs::path(options.out) / "CURRENT")) {
-    FB_ASSIGN_OR_RETURN(writer, open_store());
-  } else {
-    opening = std::async(std::launch::async, open_store);
-  }
-
-  IngestResult result;
-  const int64_t record = options.seq_len + 1;
-  // Full records packed before the store opened (in huge pages: Note [Ingest memory]).
-  std::vector<uint32_t, HugePageAllocator<uint32_t>> staged;
-  if (!writer) staged.reserve(kHugePageBytes / sizeof(uint32_t));
-  auto get_writer = [&]() -> StatusOr<TokenStoreWriter*> {
-    if (writer) return writer.get();
-    FB_ASSIGN_OR_RETURN(writer, opening.get());
-    const StoreMetadata& m = writer->metadata();
-    if (m.num_sequences > 0 || !m.tail.empty() || !m.sources.empty()) {
-      return UnavailableError("ingest: store " + options.out +
-                              " was created by another process while this ingest started; "
-                              "run it again");
-    }
-    FB_RETURN_IF_ERROR(writer->Append(staged));
-    staged = decltype(staged)();
-    return writer.get();
-  };
-  auto append = [&](std::span<const uint32_t> records) -> Status {
-    if (!writer && opening.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      staged.insert(staged.end(), records.begin(), records.end());
-      return OkStatus();
-    }
-    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
-    return w->Append(records);
-  };
-  // Records appended (or staged) since the last commit, and dropping those past a mark.
-  auto appended = [&] {
-    return writer ? writer->appended() : static_cast<int64_t>(staged.size()) / record;
-  };
-  auto rollback_to = [&](int64_t mark) -> Status {
-    if (writer) return writer->RollbackTo(mark);
-    staged.resize(static_cast<size_t>(mark * record));
-    return OkStatus();
-  };
-  const Clock::time_point start = Clock::now();
-  Clock::time_point last_report = start;
-  IngestProgress live;
-  auto report = [&](bool force) {
-    if (!progress) return;
-    const Clock::time_point now = Clock::now();
-    if (!force && now - last_report < std::chrono::milliseconds(500)) return;
-    last_report = now;
-    live.seconds = std::chrono::duration<double>(now - start).count();
-    progress(live);
-  };
-
-  // Sources are committed in groups (Note [Ingest commit]): every kCommitBytes of input or
-  // kCommitSeconds, and at the end. A failing source is rolled back alone; the sources before
-  // it are committed before the error is returned.
-  constexpr uint64_t kCommitBytes = 64 << 20;
-  constexpr double kCommitSeconds = 10;
-  // Ids of the unfinished record.
-  std::vector<uint32_t> pending = writer ? writer->metadata().tail : std::vector<uint32_t>();
-  std::vector<StoreSource> uncommitted;
-  std::unordered_set<std::string> added;  // hashes of this run's sources
-  uint64_t uncommitted_bytes = 0;
-  Clock::time_point last_commit = start;
-  auto commit = [&]() -> Status {
-    if (uncommitted.empty()) return OkStatus();
-    FB_ASSIGN_OR_RETURN(TokenStoreWriter * w, get_writer());
-    FB_RETURN_IF_ERROR(w->Commit(pending, uncommitted));
-    uncommitted.clear();
-    uncommitted_bytes = 0;
-    last_commit = Clock::now();
-    return OkStatus();
-  };
-  auto already_in = [&](const std::string& digest) {
-    return (writer && writer->HasSource(digest)) || added.count(digest) > 0;
-  };
-
-  // Sizes of the sources in the store: a file of another size cannot be one of them, so only
-  // files of a known size are hashed before they are read (any other duplicate is still caught
-  // by the hash taken while reading, and rolled back).
-  std::unordered_set<uint64_t> sizes;
-  if (writer) {
-    for (const StoreSource& s : writer->metadata().sources) sizes.insert(s.bytes);
-  }
-  // Note [Ingest pipeline].
-  std::vector<std::unique_ptr<Chunk>> chunks(kChunksInFlight + 1);
-  for (auto& c : chunks) c = std::make_unique<Chunk>();
-  EncoderPool pool(tokenizer, options);
+  RecordSink sink(
+      options,
+      {std::string(tokenizer.name()), tokenizer.hash(), Tokenizer::kVocabSize, options.seq_len},
+      description.dump());
+  FB_RETURN_IF_ERROR(sink.Start());
+  IngestRun run(tokenizer, options, &sink, progress);
   for (const Input& input : inputs) {
-    std::error_code ec;
-    const uint64_t size = input.is_stdin ? 0 : fs::file_size(input.name, ec);
-    if (!input.is_stdin && (ec || sizes.count(size))) {
-      FB_ASSIGN_OR_RETURN(std::string digest, HashFile(input));
-      if (already_in(digest)) {
-        ++result.sources_skipped;
-        result.skipped.push_back(input.name);
-        continue;
-      }
+    // A failing input is rolled back alone; the inputs before it are committed before the
+    // error is returned (Note [Ingest commit]).
+    if (Status added = run.Add(input); !added.ok()) {
+      FB_RETURN_IF_ERROR(run.Commit());
+      if (TokenStoreWriter* w = sink.open_writer()) w->Close().IgnoreError();
+      return added;
     }
-    FB_ASSIGN_OR_RETURN(ByteSource src, ByteSource::Open(input));
-    StoreSource stats;
-    stats.name = input.name;
-    const int64_t mark = appended();
-    const std::vector<uint32_t> pending_at_start = pending;
-    // Records straight from the encoded ids; `pending` holds the unfinished one.
-    auto pack = [&](std::span<const uint32_t> ids) -> Status {
-      stats.tokens += static_cast<int64_t>(ids.size());
-      live.tokens += static_cast<int64_t>(ids.size());
-      if (!pending.empty()) {
-        const size_t take = std::min(ids.size(), static_cast<size_t>(record) - pending.size());
-        pending.insert(pending.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(take));
-        ids = ids.subspan(take);
-        if (pending.size() < static_cast<size_t>(record)) return OkStatus();
-        FB_RETURN_IF_ERROR(append(pending));
-        pending.clear();
-      }
-      const size_t full = ids.size() / static_cast<size_t>(record) * static_cast<size_t>(record);
-      if (full > 0) FB_RETURN_IF_ERROR(append(ids.first(full)));
-      pending.assign(ids.begin() + static_cast<std::ptrdiff_t>(full), ids.end());
-      return OkStatus();
-    };
-    auto finish = [&](Chunk* chunk) -> Status {  // the oldest chunk in flight
-      pool.Wait(chunk);
-      for (size_t b = 0; b < chunk->num_batches; ++b) {
-        const Chunk::Batch& batch = chunk->batches[b];
-        FB_RETURN_IF_ERROR(batch.error);
-        stats.replaced += batch.replaced;
-        FB_RETURN_IF_ERROR(pack(batch.ids));
-      }
-      return OkStatus();
-    };
-    auto undo = [&]() -> Status {  // forget this source
-      pending = pending_at_start;
-      live.documents -= stats.documents;
-      live.tokens -= stats.tokens;
-      return rollback_to(mark);
-    };
-    std::deque<Chunk*> inflight;
-    size_t next_free = 0;
-    DocumentReader reader(input, options, &src);
-    Status read = reader.Run(
-        [&] {
-          Chunk* c = chunks[next_free++ % chunks.size()].get();
-          c->Reset();
-          c->source = &input.name;
-          return c;
-        },
-        [&](Chunk* chunk) -> Status {
-          stats.documents += chunk->documents;
-          live.documents += chunk->documents;
-          pool.Submit(chunk);
-          inflight.push_back(chunk);
-          // Keep one chunk free for the reader to fill while the others are encoded.
-          while (inflight.size() + 1 >= chunks.size()) {
-            Chunk* oldest = inflight.front();
-            inflight.pop_front();
-            FB_RETURN_IF_ERROR(finish(oldest));
-          }
-          live.bytes = result.totals.bytes + src.bytes();
-          report(false);
-          return OkStatus();
-        });
-    while (!inflight.empty()) {  // also after an error: no batch may outlive its chunk's use
-      Chunk* oldest = inflight.front();
-      inflight.pop_front();
-      if (read.ok()) {
-        read = finish(oldest);
-      } else {
-        pool.Wait(oldest);
-      }
-    }
-    if (!read.ok()) {
-      FB_RETURN_IF_ERROR(undo());
-      FB_RETURN_IF_ERROR(commit());
-      if (writer) writer->Close().IgnoreError();
-      return read;
-    }
-    stats.bytes = src.bytes();
-    stats.xxh64 = src.digest();
-    if (already_in(stats.xxh64)) {  // stdin whose bytes were ingested before
-      FB_RETURN_IF_ERROR(undo());
-      ++result.sources_skipped;
-      result.skipped.push_back(input.name);
-      continue;
-    }
-    uncommitted.push_back(stats);
-    added.insert(stats.xxh64);
-    sizes.insert(stats.bytes);
-    uncommitted_bytes += stats.bytes;
-    ++result.sources_added;
-    result.totals.bytes += stats.bytes;
-    result.totals.documents += stats.documents;
-    result.totals.tokens += stats.tokens;
-    result.replaced += stats.replaced;
-    if (uncommitted_bytes >= kCommitBytes ||
-        std::chrono::duration<double>(Clock::now() - last_commit).count() >= kCommitSeconds) {
-      FB_RETURN_IF_ERROR(commit());
-    }
+    FB_RETURN_IF_ERROR(run.CommitIfDue());
   }
-  FB_RETURN_IF_ERROR(commit());
-  FB_RETURN_IF_ERROR(get_writer().status());  // an empty input still makes the store
-  FB_RETURN_IF_ERROR(writer->Close());
-  result.totals.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  live = result.totals;
-  report(true);
-  result.sequences = writer->metadata().num_sequences;
-  result.tail_tokens = static_cast<int64_t>(writer->metadata().tail.size());
-  return result;
+  return run.Finish();
 }
 
 }  // namespace fullband::dataloader
