@@ -212,7 +212,7 @@ rocksdb::IOStatus FaultFileSystem::RenameFile(const std::string& from, const std
                                               rocksdb::IODebugContext* d) {
   if (rocksdb::IOStatus s = Admit(to); !s.ok()) return s;
   Entry entry{Normal(to), Normal(from), false, false, ""};
-  if (Exists(to)) {  // kept, to be put back if the rename is undone
+  if (std::filesystem::is_regular_file(to)) {  // kept, to be put back if the rename is undone
     std::ifstream in(to, std::ios::binary);
     entry.replaces = true;
     entry.replaced.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
