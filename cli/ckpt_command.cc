@@ -141,9 +141,7 @@ Status Export(const std::string& path, const std::string& out, const std::string
 int RunCkpt(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, {"out", "config-out"}, {"json", "help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 2) {
-    if (!flags.ok()) std::fprintf(stderr, "fullband ckpt: %s\n", flags.status().message().c_str());
-    std::fputs(kCkptUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kCkptUsage, flags, "ckpt");
   }
   const std::string& verb = flags->positional()[0];
   const std::string& path = flags->positional()[1];

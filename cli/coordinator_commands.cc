@@ -30,6 +30,30 @@ namespace {
 using coordinator::ClientOptions;
 using coordinator::JobClient;
 
+// Each command's usage, printed by Usage (cli/flags.h).
+constexpr char kCoordinatorUsage[] =
+    "usage: fullband coordinator --config coordinator.yaml\n"
+    "  Runs the coordinator until SIGINT/SIGTERM (keys: coordinator/service.h).\n";
+constexpr char kSubmitUsage[] =
+    "usage: fullband submit JOB.yaml [--name NAME] [--wait] [--address A] [--token T] "
+    "[--tls-ca CA]\n"
+    "  Validates and submits the job; prints its id. --wait follows it to the end.\n";
+constexpr char kPlotUsage[] =
+    "usage: fullband plot JOB --out FILE.png\n"
+    "  Draws the loss of each pass against token-equivalents from the job's history, with\n"
+    "  a line where each restart's steps begin (needs gnuplot; Debian: gnuplot-nox).\n";
+constexpr char kStatusUsage[] =
+    "usage: fullband status [JOB] [--all] [--json]\n"
+    "       fullband status JOB --history [--json]\n"
+    "  One job in full, or every unfinished job (--all: finished ones too), one a line;\n"
+    "  --history: every counted step of the job (attempt, passes, tokens, losses).\n";
+constexpr char kWatchUsage[] =
+    "usage: fullband watch JOB\n"
+    "  Follows the job: a progress bar of the budget on a terminal, otherwise one line\n"
+    "  per counted step and per change of state. Exits 0 when the job completes, 1 when\n"
+    "  it fails or is cancelled.\n";
+constexpr char kCancelUsage[] = "usage: fullband cancel JOB [--reason TEXT]\n";
+
 const std::set<std::string> kClientFlags = {"address", "token", "tls-ca"};
 
 std::set<std::string> With(std::set<std::string> flags) {
@@ -179,12 +203,7 @@ int WatchJob(JobClient& client, const std::string& id) {
 int RunCoordinator(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, {"config"}, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("config")) {
-    std::printf(
-        "usage: fullband coordinator --config coordinator.yaml\n"
-        "  Runs the coordinator until SIGINT/SIGTERM (keys: coordinator/service.h).\n");
-    if (!flags.ok())
-      std::fprintf(stderr, "fullband coordinator: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kCoordinatorUsage, flags, "coordinator");
   }
   StatusOr<coordinator::ServiceConfig> config =
       coordinator::LoadServiceConfig(*flags->Required("config"));
@@ -212,13 +231,7 @@ int RunCoordinator(const std::vector<std::string>& args) {
 int RunSubmit(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, With({"name"}), {"wait", "help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    std::printf(
-        "usage: fullband submit JOB.yaml [--name NAME] [--wait] [--address A] [--token T] "
-        "[--tls-ca CA]\n"
-        "  Validates and submits the job; prints its id. --wait follows it to the end.\n");
-    if (!flags.ok())
-      std::fprintf(stderr, "fullband submit: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kSubmitUsage, flags, "submit");
   }
   const std::string path = flags->positional()[0];
   StatusOr<Config> config = LoadConfigFile(path);
@@ -305,12 +318,7 @@ std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecor
 int RunPlot(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, With({"out"}), {"help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1 || !flags->Has("out")) {
-    std::printf(
-        "usage: fullband plot JOB --out FILE.png\n"
-        "  Draws the loss of each pass against token-equivalents from the job's history, with\n"
-        "  a line where each restart's steps begin (needs gnuplot; Debian: gnuplot-nox).\n");
-    if (!flags.ok()) std::fprintf(stderr, "fullband plot: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kPlotUsage, flags, "plot");
   }
   auto client = Connect(*flags);
   if (!client.ok()) return Fail("plot", client.status());
@@ -342,14 +350,7 @@ int RunStatus(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, With({}), {"json", "all", "history", "help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() > 1 ||
       (flags->Has("history") && flags->positional().size() != 1)) {
-    std::printf(
-        "usage: fullband status [JOB] [--all] [--json]\n"
-        "       fullband status JOB --history [--json]\n"
-        "  One job in full, or every unfinished job (--all: finished ones too), one a line;\n"
-        "  --history: every counted step of the job (attempt, passes, tokens, losses).\n");
-    if (!flags.ok())
-      std::fprintf(stderr, "fullband status: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kStatusUsage, flags, "status");
   }
   auto client = Connect(*flags);
   if (!client.ok()) return Fail("status", client.status());
@@ -401,13 +402,7 @@ int RunStatus(const std::vector<std::string>& args) {
 int RunWatch(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, With({}), {"help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    std::printf(
-        "usage: fullband watch JOB\n"
-        "  Follows the job: a progress bar of the budget on a terminal, otherwise one line\n"
-        "  per counted step and per change of state. Exits 0 when the job completes, 1 when\n"
-        "  it fails or is cancelled.\n");
-    if (!flags.ok()) std::fprintf(stderr, "fullband watch: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kWatchUsage, flags, "watch");
   }
   auto client = Connect(*flags);
   if (!client.ok()) return Fail("watch", client.status());
@@ -417,10 +412,7 @@ int RunWatch(const std::vector<std::string>& args) {
 int RunCancel(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, With({"reason"}), {"help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    std::printf("usage: fullband cancel JOB [--reason TEXT]\n");
-    if (!flags.ok())
-      std::fprintf(stderr, "fullband cancel: %s\n", flags.status().message().c_str());
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kCancelUsage, flags, "cancel");
   }
   auto client = Connect(*flags);
   if (!client.ok()) return Fail("cancel", client.status());

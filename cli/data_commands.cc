@@ -51,14 +51,6 @@ int Fail(const char* command, const Status& s) {
   return c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound ? 2 : 1;
 }
 
-int Usage(const char* usage, const StatusOr<Flags>& flags, const char* command) {
-  if (!flags.ok())
-    std::fprintf(stderr, "fullband %s: %s\n", command, flags.status().message().c_str());
-  const bool help = flags.ok() && flags->Has("help");
-  std::fputs(usage, help ? stdout : stderr);
-  return help ? 0 : 2;
-}
-
 }  // namespace
 
 int RunIngest(const std::vector<std::string>& args) {

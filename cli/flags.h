@@ -31,4 +31,9 @@ class Flags {
   std::vector<std::string> positional_;
 };
 
+// When a command will not run with what it was given: prints the parse error, if any, and
+// `usage` (to stdout for --help, else to stderr) and returns the exit code, 0 for --help and 2
+// for bad usage.
+int Usage(const char* usage, const StatusOr<Flags>& flags, const char* command);
+
 }  // namespace fullband::cli

@@ -30,9 +30,7 @@ constexpr char kTrainUsage[] =
 int RunTrain(const std::vector<std::string>& args) {
   StatusOr<Flags> flags = Flags::Parse(args, {"steps", "resume"}, {"json", "help"});
   if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    if (!flags.ok()) std::fprintf(stderr, "fullband train: %s\n", flags.status().message().c_str());
-    std::fputs(kTrainUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kTrainUsage, flags, "train");
   }
   StatusOr<Config> config = LoadConfigFile(flags->positional()[0]);
   if (!config.ok()) {

@@ -172,10 +172,7 @@ int RunWorker(const std::vector<std::string>& args) {
       Flags::Parse(args, {"collective-timeout", "lease-timeout", "failpoint", "failpoint-rank"},
                    {"json", "help"});
   if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
-    if (!flags.ok())
-      std::fprintf(stderr, "fullband worker: %s\n", flags.status().message().c_str());
-    std::fputs(kWorkerUsage, flags.ok() && flags->Has("help") ? stdout : stderr);
-    return flags.ok() && flags->Has("help") ? 0 : 2;
+    return Usage(kWorkerUsage, flags, "worker");
   }
   StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
   if (!group.ok()) {

@@ -1,6 +1,7 @@
 # Sourced by the end-to-end test scripts: a scratch directory `$dir` removed on exit (with the
 # coordinator, if still running), `fail MESSAGE`, `start_coordinator FULLBAND CONFIG`,
-# `write_coordinator_config FILE [EXTRA]` and `worker_pids JOB [RANK]`.
+# `write_coordinator_config FILE [EXTRA]`, `write_fake_job FILE FAKE_WORKER [ARGS...]` and
+# `worker_pids JOB [RANK]`.
 dir=$(mktemp -d)
 coordinator_pid=
 cleanup() {
@@ -48,4 +49,21 @@ worker_pids() {
     [[ -z ${2:-} ]] || grep -qx "OMPI_COMM_WORLD_RANK=$2" <<< "$env" || continue
     echo "$p"
   done
+}
+
+# Writes to $1 a job of fake_worker ($2, run with the arguments after it) with a budget of 5120
+# token-equivalents: 128 tokens a step, 20 one-pass steps, then 10 two-pass steps.
+write_fake_job() {
+  local file=$1 args=""
+  shift
+  for a in "$@"; do args+="${args:+, }\"$a\""; done
+  cat > "$file" <<YAML
+model: {vocab_size: 512, eod_id: 0, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, ffn_dim: 128}
+data: {batch_size: 4, seq_len: 32}
+schedule:
+  phases: [{until: 0.5, mix: {1: 1.0}}, {until: 1.0, mix: {2: 1.0}}]
+budget: {kind: token_equivalents, amount: 5120}
+launcher:
+  command: [$args]
+YAML
 }

@@ -13,15 +13,7 @@ command -v prometheus > /dev/null || fail "prometheus is not installed (Debian: 
 write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true
 metrics_listen: 127.0.0.1:0"
 # 30 steps of 200 ms: 20 one-pass, then 10 two-pass (5120 token-equivalents).
-cat > "$dir/job.yaml" <<YAML
-model: {vocab_size: 512, eod_id: 0, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 16, ffn_dim: 128}
-data: {batch_size: 4, seq_len: 32}
-schedule:
-  phases: [{until: 0.5, mix: {1: 1.0}}, {until: 1.0, mix: {2: 1.0}}]
-budget: {kind: token_equivalents, amount: 5120}
-launcher:
-  command: [$fake_worker, --step-ms, "200"]
-YAML
+write_fake_job "$dir/job.yaml" "$fake_worker" --step-ms 200
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 read -r -u 3 line || fail "no second line from the coordinator"
 metrics_port=${line##* }
