@@ -248,6 +248,14 @@ int RunSubmit(const std::vector<std::string>& args) {
   return flags->Has("wait") ? WatchJob(**client, *id) : 0;
 }
 
+// The job's token-equivalents through each of `steps` (counted steps, in order).
+std::vector<int64_t> TokenEquivalentsThrough(const std::vector<proto::StepRecord>& steps) {
+  std::vector<int64_t> out;
+  int64_t sum = 0;
+  for (const proto::StepRecord& r : steps) out.push_back(sum += r.tokens() * r.passes());
+  return out;
+}
+
 // `status JOB --history`: every counted step, a line each (or the GetJobHistory JSON).
 int PrintHistory(JobClient& client, const std::string& job_id, bool json) {
   StatusOr<std::vector<proto::StepRecord>> steps = client.History(job_id);
@@ -261,15 +269,15 @@ int PrintHistory(JobClient& client, const std::string& job_id, bool json) {
   }
   std::printf("%8s %7s %6s %8s %9s %10s  %s\n", "step", "attempt", "passes", "tokens", "step s",
               "tok-equiv", "loss per pass");
-  int64_t token_equivalents = 0;
-  for (const proto::StepRecord& r : *steps) {
-    token_equivalents += r.tokens() * r.passes();
+  const std::vector<int64_t> token_equivalents = TokenEquivalentsThrough(*steps);
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const proto::StepRecord& r = (*steps)[i];
     std::string losses;
     for (double loss : r.losses()) losses += (losses.empty() ? "" : " ") + Fixed(loss, 4);
     std::printf("%8lld %7lld %6lld %8lld %9.3f %10s  %s\n", static_cast<long long>(r.step()),
                 static_cast<long long>(r.attempt()), static_cast<long long>(r.passes()),
                 static_cast<long long>(r.tokens()), r.step_seconds(),
-                Human(static_cast<double>(token_equivalents)).c_str(), losses.c_str());
+                Human(static_cast<double>(token_equivalents[i])).c_str(), losses.c_str());
   }
   if (steps->empty()) std::printf("no counted steps yet\n");
   return 0;
@@ -284,35 +292,31 @@ std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecor
   std::string script = "set terminal png size 1100,650\nset output '" + quoted + "'\n";
   script += "set title '" + job.id() + " (" + job.spec().name() + "): loss of each pass'\n";
   script += "set xlabel 'token-equivalents (tokens x passes)'\nset ylabel 'loss'\nset grid\n";
+  const std::vector<int64_t> x = TokenEquivalentsThrough(steps);
+  for (size_t i = 1; i < steps.size(); ++i) {
+    if (steps[i].attempt() == steps[i - 1].attempt()) continue;
+    const std::string at = std::to_string(x[i - 1]);
+    script += "set arrow from " + at + ", graph 0 to " + at +
+              ", graph 1 nohead lw 2 lc rgb 'red'\nset label 'restart: attempt " +
+              std::to_string(steps[i].attempt()) + "' at " + at +
+              ", graph 0.97 offset 0.5,0 tc rgb 'red'\n";
+  }
   int64_t max_passes = 1;
   for (const proto::StepRecord& r : steps) max_passes = std::max(max_passes, r.passes());
-  std::string data;
+  std::string plot = "plot ";
   for (int64_t k = 0; k < max_passes; ++k) {
-    data += "$pass" + std::to_string(k + 1) + " << EOD\n";
-    int64_t x = 0;
-    for (const proto::StepRecord& r : steps) {
-      x += r.tokens() * r.passes();
-      if (r.losses_size() > k) data += std::to_string(x) + " " + Fixed(r.losses(k), 6) + "\n";
+    const std::string name = "$pass" + std::to_string(k + 1);
+    script += name + " << EOD\n";
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].losses_size() > k) {
+        script += std::to_string(x[i]) + " " + Fixed(steps[i].losses(k), 6) + "\n";
+      }
     }
-    data += "EOD\n";
+    script += "EOD\n";
+    plot += (k > 0 ? ", " : "") + name + " with linespoints lw 1.5 pt 7 ps 0.5 title 'pass " +
+            std::to_string(k + 1) + "'";
   }
-  int64_t x = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i > 0 && steps[i].attempt() != steps[i - 1].attempt()) {
-      const std::string at = std::to_string(x);
-      script += "set arrow from " + at + ", graph 0 to " + at +
-                ", graph 1 nohead lw 2 lc rgb 'red'\nset label 'restart: attempt " +
-                std::to_string(steps[i].attempt()) + "' at " + at +
-                ", graph 0.97 offset 0.5,0 tc rgb 'red'\n";
-    }
-    x += steps[i].tokens() * steps[i].passes();
-  }
-  script += data + "plot ";
-  for (int64_t k = 1; k <= max_passes; ++k) {
-    script += (k > 1 ? ", " : "") + std::string("$pass") + std::to_string(k) +
-              " with linespoints lw 1.5 pt 7 ps 0.5 title 'pass " + std::to_string(k) + "'";
-  }
-  return script + "\n";
+  return script + plot + "\n";
 }
 
 int RunPlot(const std::vector<std::string>& args) {
