@@ -3,7 +3,8 @@
 # (a DP2 + ZeRO-1 job of `steps` steps, default 20, checkpointing every 4; `d_model` (32) and
 # `seq_len` (24) set how long a step takes), its uninterrupted run as the reference, and
 # `check`, which holds a faulted job to that reference.
-#   job NAME [WORKER_ARGS] [LAUNCHER_EXTRA]   prints the job's YAML (checkpoints in $dir/ckpt-NAME)
+#   job NAME [WORKER_ARGS] [LAUNCHER_EXTRA]   prints the job's YAML (checkpoints in $dir/ckpt-NAME,
+#                                              tokens from $data, default $dir/tokens.bin)
 #   json JOB · field JOB PYEXPR · wait_until JOB PYCOND WHAT · final_shards NAME
 #   run_reference                              runs the clean job; sets $reference
 #   check NAME JOB [RESTARTS] [MIN_WASTED]     COMPLETED, exact ledger, bitwise final state
@@ -24,7 +25,7 @@ model: {vocab_size: 258, eod_id: 256, d_model: $d_model, n_layers: 2, n_heads: 4
         head_dim: $((d_model / 4)), ffn_dim: $((2 * d_model)), max_seq_len: $((seq_len + 8)),
         window: 8, full_attention_every: 2}
 parallel: {dp: 2, zero1: true}
-data: {path: $dir/tokens.bin, batch_size: 8, seq_len: $seq_len}
+data: {path: ${data:-$dir/tokens.bin}, batch_size: 8, seq_len: $seq_len}
 optim: {lr: 3.0e-3, warmup_steps: 2}
 schedule: {seed: 4, phases: [{until: 1.0, mix: {1: 0.5, 2: 0.3, 3: 0.2}}]}
 checkpoint: {dir: $dir/ckpt-$1, every_steps: 4, keep: 3}

@@ -79,8 +79,7 @@ check coordinator-kill "$c" 0 0
 size=$(du -sb "$dir/ckpt-clean/step-$steps" | cut -f1)
 mkdir -p "$full_disk"
 if mount -t tmpfs -o size=$((size * 3 / 2)) tmpfs "$full_disk" 2> "$dir/mount.err"; then
-  job disk-full "" > "$dir/d.yaml"
-  sed -i "s|dir: $dir/ckpt-disk-full,|dir: $full_disk/ckpt,|" "$dir/d.yaml"
+  job disk-full > "$dir/d.yaml"  # its checkpoint directory is the tmpfs
   d=$("$fullband" submit "$dir/d.yaml")
   wait_until "$d" "j['state'].endswith('FAILED')" "disk-full: the job did not fail"
   reason=$(field "$d" "['reason']")
@@ -95,8 +94,7 @@ else
 fi
 
 # 5. A worker that fails on every attempt.
-job always-fails > "$dir/e.yaml"
-sed -i "s|path: $dir/tokens.bin|path: $dir/missing.bin|" "$dir/e.yaml"
+data=$dir/missing.bin job always-fails > "$dir/e.yaml"
 e=$("$fullband" submit "$dir/e.yaml")
 wait_until "$e" "j['state'].endswith('FAILED')" "always-fails: the job did not fail"
 reason=$(field "$e" "['reason']")
