@@ -359,11 +359,10 @@ TEST_F(TokenStoreTest, PowerLossAtEveryOperation_LeavesTheLastCommitWhole) {
       faults->ResumeWrites();
       const std::string when =
           "store of " + std::to_string(base) + ", crash after " + std::to_string(n) + " operations";
-      const Status opened = RocksDbTokenStore::Open(path_).status();
-      if (opened.code() == StatusCode::kNotFound) {  // nothing was ever committed to it
+      auto store = RocksDbTokenStore::Open(path_);
+      if (store.status().code() == StatusCode::kNotFound) {  // nothing was ever committed to it
         EXPECT_FALSE(committed || base > 0) << when << ": a committed store is gone";
       } else {
-        auto store = RocksDbTokenStore::Open(path_);
         ASSERT_TRUE(store.ok()) << when << ": " << store.status().ToString();
         const int64_t records = (*store)->num_sequences();
         store->reset();
