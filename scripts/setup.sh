@@ -10,6 +10,7 @@ packages=(
   librocksdb-dev libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas0-pthread libdnnl-dev
   libyaml-cpp-dev libxxhash-dev libsimdjson-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+  libcli11-dev libcpp-httplib-dev  # the command line's flags; the coordinator's /metrics server
   clang-format python3 python3-numpy python3-yaml python3-torch
   prometheus  # promtool validates the /metrics exposition in tests; a real scrape test
   gnuplot-nox  # `fullband plot`
