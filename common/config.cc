@@ -8,158 +8,12 @@
 #include <set>
 #include <sstream>
 
+#include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/yaml_util.h"
 
 namespace fullband {
 namespace {
-
-// The one table of names per enum field: YAML reads and writes them, the *Name functions
-// return them, and a bad value's error lists them.
-template <typename E, size_t N>
-using NameTable = std::array<std::pair<E, std::string_view>, N>;
-
-constexpr NameTable<FeedbackLoss, 2> kFeedbackLossNames{
-    {{FeedbackLoss::kMean, "mean"}, {FeedbackLoss::kSum, "sum"}}};
-constexpr NameTable<FeedbackState, 2> kFeedbackStateNames{
-    {{FeedbackState::kPostNorm, "post_norm"}, {FeedbackState::kPreNorm, "pre_norm"}}};
-constexpr NameTable<Recompute, 3> kRecomputeNames{
-    {{Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}}};
-constexpr NameTable<BudgetKind, 3> kBudgetKindNames{
-    {{BudgetKind::kTokens, "tokens"},
-     {BudgetKind::kTokenEquivalents, "token_equivalents"},
-     {BudgetKind::kFlops, "flops"}}};
-constexpr NameTable<LauncherKind, 2> kLauncherKindNames{
-    {{LauncherKind::kLocal, "local"}, {LauncherKind::kSlurm, "slurm"}}};
-
-constexpr const auto& EnumNames(FeedbackLoss) { return kFeedbackLossNames; }
-constexpr const auto& EnumNames(FeedbackState) { return kFeedbackStateNames; }
-constexpr const auto& EnumNames(Recompute) { return kRecomputeNames; }
-constexpr const auto& EnumNames(BudgetKind) { return kBudgetKindNames; }
-constexpr const auto& EnumNames(LauncherKind) { return kLauncherKindNames; }
-
-template <typename E>
-std::string_view NameOf(E v) {
-  for (const auto& [value, name] : EnumNames(v)) {
-    if (value == v) return name;
-  }
-  return "?";
-}
-
-// The one table of model fields: every load, dump and comparison walks it.
-template <typename M, typename Visitor>
-void VisitModelFields(M& m, Visitor&& visit) {
-  visit("vocab_size", m.vocab_size);
-  visit("d_model", m.d_model);
-  visit("n_layers", m.n_layers);
-  visit("n_heads", m.n_heads);
-  visit("n_kv_heads", m.n_kv_heads);
-  visit("head_dim", m.head_dim);
-  visit("ffn_dim", m.ffn_dim);
-  visit("max_seq_len", m.max_seq_len);
-  visit("rope_theta", m.rope_theta);
-  visit("qk_norm", m.qk_norm);
-  visit("attn_gate", m.attn_gate);
-  visit("window", m.window);
-  visit("full_attention_every", m.full_attention_every);
-  visit("depth_scaling", m.depth_scaling);
-  visit("eod_id", m.eod_id);
-  visit("ignore_id", m.ignore_id);
-  visit("z_loss", m.z_loss);
-  visit("feedback_loss", m.feedback_loss);
-  visit("feedback_state", m.feedback_state);
-  visit("jitter", m.jitter);
-  visit("prefix_mixin", m.prefix_mixin);
-  visit("pass1_input_norm", m.pass1_input_norm);
-}
-
-template <typename D, typename Visitor>
-void VisitDataFields(D& d, Visitor&& visit) {
-  visit("path", d.path);
-  visit("sources", d.sources);
-  visit("prefetch", d.prefetch);
-  visit("batch_size", d.batch_size);
-  visit("seq_len", d.seq_len);
-  visit("seed", d.seed);
-}
-
-template <typename O, typename Visitor>
-void VisitOptimFields(O& o, Visitor&& visit) {
-  visit("lr", o.lr);
-  visit("beta1", o.beta1);
-  visit("beta2", o.beta2);
-  visit("eps", o.eps);
-  visit("weight_decay", o.weight_decay);
-  visit("decay_embedding", o.decay_embedding);
-  visit("decay_norms", o.decay_norms);
-  visit("grad_clip", o.grad_clip);
-  visit("warmup_steps", o.warmup_steps);
-  visit("cooldown_fraction", o.cooldown_fraction);
-}
-
-template <typename S, typename Visitor>
-void VisitScheduleFields(S& s, Visitor&& visit) {
-  visit("steps", s.steps);
-  visit("seed", s.seed);
-  visit("phases", s.phases);
-}
-
-template <typename R, typename Visitor>
-void VisitRuntimeFields(R& r, Visitor&& visit) {
-  visit("device", r.device);
-  visit("threads", r.threads);
-  visit("recompute", r.recompute);
-  visit("log_every", r.log_every);
-  visit("init_seed", r.init_seed);
-  visit("init_from", r.init_from);
-  visit("save_to", r.save_to);
-  visit("peak_gflops", r.peak_gflops);
-}
-
-template <typename P, typename Visitor>
-void VisitParallelFields(P& p, Visitor&& visit) {
-  visit("tp", p.tp);
-  visit("dp", p.dp);
-  visit("zero1", p.zero1);
-}
-
-template <typename K, typename Visitor>
-void VisitCheckpointFields(K& k, Visitor&& visit) {
-  visit("dir", k.dir);
-  visit("every_steps", k.every_steps);
-  visit("keep", k.keep);
-}
-
-template <typename B, typename Visitor>
-void VisitBudgetFields(B& b, Visitor&& visit) {
-  visit("kind", b.kind);
-  visit("amount", b.amount);
-}
-
-template <typename L, typename Visitor>
-void VisitLauncherFields(L& l, Visitor&& visit) {
-  visit("kind", l.kind);
-  visit("processes", l.processes);
-  visit("command", l.command);
-  visit("extra_args", l.extra_args);
-  visit("max_restarts", l.max_restarts);
-  visit("backoff_seconds", l.backoff_seconds);
-  visit("max_backoff_seconds", l.max_backoff_seconds);
-}
-
-// Calls visit(section name, section struct, field visitor) for every section, in file order.
-template <typename C, typename Visitor>
-void VisitSections(C& c, Visitor&& visit) {
-  visit("model", c.model, [](auto& m, auto&& v) { VisitModelFields(m, v); });
-  visit("parallel", c.parallel, [](auto& m, auto&& v) { VisitParallelFields(m, v); });
-  visit("data", c.data, [](auto& m, auto&& v) { VisitDataFields(m, v); });
-  visit("optim", c.optim, [](auto& m, auto&& v) { VisitOptimFields(m, v); });
-  visit("schedule", c.schedule, [](auto& m, auto&& v) { VisitScheduleFields(m, v); });
-  visit("checkpoint", c.checkpoint, [](auto& m, auto&& v) { VisitCheckpointFields(m, v); });
-  visit("budget", c.budget, [](auto& m, auto&& v) { VisitBudgetFields(m, v); });
-  visit("launcher", c.launcher, [](auto& m, auto&& v) { VisitLauncherFields(m, v); });
-  visit("runtime", c.runtime, [](auto& m, auto&& v) { VisitRuntimeFields(m, v); });
-}
 
 std::string Describe(const YAML::Node& node) {
   if (node.IsScalar()) return "'" + Excerpt(node.Scalar()) + "'";
@@ -202,22 +56,6 @@ class FieldReader {
   }
 
  private:
-  // A list entry that is a mapping: only `keys` may appear, and `required` must.
-  Status CheckEntry(const YAML::Node& entry, const std::string& here,
-                    std::initializer_list<std::string_view> keys, std::string_view required) {
-    for (const auto& kv : entry) {
-      const std::string key = kv.first.as<std::string>();
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + here + "." +
-                                    key);
-      }
-    }
-    if (!entry[std::string(required)]) {
-      return InvalidArgumentError(Where(source_, entry) + ": " + here + "." +
-                                  std::string(required) + " is required");
-    }
-    return OkStatus();
-  }
   Status Error(const YAML::Node& node, const std::string& path, const std::string& what) {
     return InvalidArgumentError(Where(source_, node) + ": " + path + ": expected " + what +
                                 ", got " + Describe(node));
@@ -269,49 +107,43 @@ class FieldReader {
     out = node.Scalar();
     return OkStatus();
   }
-  // phases: [{until: 0.75, mix: {1: 1.0}}, ...]
-  Status Read(const YAML::Node& node, const std::string& path, std::vector<SchedulePhase>& out) {
-    if (!node.IsSequence() || node.size() == 0) return Error(node, path, "a non-empty list");
-    std::vector<SchedulePhase> phases;
-    for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node ph = node[i];
-      const std::string here = path + "[" + std::to_string(i) + "]";
-      if (!ph.IsMap()) return Error(ph, here, "a mapping {until, mix}");
-      SchedulePhase phase;
-      FB_RETURN_IF_ERROR(CheckEntry(ph, here, {"until", "mix"}, "until"));
-      FB_RETURN_IF_ERROR(Read(ph["until"], here + ".until", phase.until));
-      const YAML::Node mix = ph["mix"];
-      if (!mix || !mix.IsMap() || mix.size() == 0) {
-        return Error(mix ? mix : ph, here + ".mix", "a mapping {passes: probability}");
-      }
-      phase.mix.clear();
-      for (const auto& kv : mix) {
-        int64_t passes;
-        double prob;
-        FB_RETURN_IF_ERROR(Read(kv.first, here + ".mix key", passes));
-        FB_RETURN_IF_ERROR(Read(kv.second, here + ".mix[" + kv.first.Scalar() + "]", prob));
-        phase.mix.emplace_back(passes, prob);
-      }
-      phases.push_back(std::move(phase));
+  // mix: {1: 0.75, 2: 0.25}, passes to probability.
+  Status Read(const YAML::Node& node, const std::string& path,
+              std::vector<std::pair<int64_t, double>>& out) {
+    if (!node.IsMap() || node.size() == 0)
+      return Error(node, path, "a mapping {passes: probability}");
+    std::vector<std::pair<int64_t, double>> mix;
+    for (const auto& kv : node) {
+      int64_t passes;
+      double prob;
+      FB_RETURN_IF_ERROR(Read(kv.first, path + " key", passes));
+      FB_RETURN_IF_ERROR(Read(kv.second, path + "[" + kv.first.Scalar() + "]", prob));
+      mix.emplace_back(passes, prob);
     }
-    out = std::move(phases);
+    out = std::move(mix);
     return OkStatus();
   }
-  // sources: [{store: PATH, weight: 0.7}, ...]
-  Status Read(const YAML::Node& node, const std::string& path, std::vector<DataSource>& out) {
-    if (!node.IsSequence()) return Error(node, path, "a list of {store, weight}");
-    std::vector<DataSource> sources;
+  // A list of mappings, each read field by field (config_fields.h):
+  // phases: [{until: 0.75, mix: {1: 1.0}}, ...], sources: [{store: PATH, weight: 0.7}, ...].
+  template <HasFields T>
+  Status Read(const YAML::Node& node, const std::string& path, std::vector<T>& out) {
+    if (!node.IsSequence()) return Error(node, path, "a list of mappings");
+    std::vector<T> entries(node.size());
     for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node src = node[i];
+      const YAML::Node entry = node[i];
       const std::string here = path + "[" + std::to_string(i) + "]";
-      if (!src.IsMap()) return Error(src, here, "a mapping {store, weight}");
-      FB_RETURN_IF_ERROR(CheckEntry(src, here, {"store", "weight"}, "store"));
-      DataSource s;
-      FB_RETURN_IF_ERROR(Read(src["store"], here + ".store", s.store));
-      if (src["weight"]) FB_RETURN_IF_ERROR(Read(src["weight"], here + ".weight", s.weight));
-      sources.push_back(std::move(s));
+      if (!entry.IsMap()) return Error(entry, here, "a mapping");
+      for (std::string_view required : RequiredFields(entries[i])) {
+        if (!entry[std::string(required)]) {
+          return InvalidArgumentError(Where(source_, entry) + ": " + here + "." +
+                                      std::string(required) + " is required");
+        }
+      }
+      FieldReader reader(source_, here + ".", entry);
+      VisitFields(entries[i], reader);
+      FB_RETURN_IF_ERROR(reader.Finish());
     }
-    out = std::move(sources);
+    out = std::move(entries);
     return OkStatus();
   }
   // command: [fullband, worker]
@@ -339,37 +171,39 @@ struct FieldWriter {
   template <typename T>
   void operator()(const char* name, const T& value) {
     out << YAML::Key << name << YAML::Value;
+    Write(value);
+  }
+  template <typename T>
+  void Write(const T& value) {
     if constexpr (std::is_enum_v<T>) {
       out << std::string(NameOf(value));
-    } else if constexpr (std::is_same_v<T, std::vector<SchedulePhase>>) {
-      out << YAML::BeginSeq;
-      for (const SchedulePhase& p : value) {
-        out << YAML::Flow << YAML::BeginMap << YAML::Key << "until" << YAML::Value
-            << YAML::Precision(17) << p.until << YAML::Key << "mix" << YAML::Value
-            << YAML::BeginMap;
-        for (const auto& [passes, prob] : p.mix) {
-          out << YAML::Key << passes << YAML::Value << YAML::Precision(17) << prob;
-        }
-        out << YAML::EndMap << YAML::EndMap;
-      }
-      out << YAML::EndSeq;
-    } else if constexpr (std::is_same_v<T, std::vector<DataSource>>) {
-      out << YAML::BeginSeq;
-      for (const DataSource& s : value) {
-        out << YAML::Flow << YAML::BeginMap << YAML::Key << "store" << YAML::Value << s.store
-            << YAML::Key << "weight" << YAML::Value << YAML::Precision(17) << s.weight
-            << YAML::EndMap;
-      }
-      out << YAML::EndSeq;
-    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-      out << YAML::Flow << YAML::BeginSeq;
-      for (const std::string& item : value) out << YAML::DoubleQuoted << item;
-      out << YAML::EndSeq;
     } else if constexpr (std::is_same_v<T, double>) {
       out << YAML::Precision(17) << value;
     } else {
       out << value;
     }
+  }
+  void Write(const std::vector<std::pair<int64_t, double>>& mix) {
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& [passes, prob] : mix) {
+      out << YAML::Key << passes << YAML::Value << YAML::Precision(17) << prob;
+    }
+    out << YAML::EndMap;
+  }
+  void Write(const std::vector<std::string>& items) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& item : items) out << YAML::DoubleQuoted << item;
+    out << YAML::EndSeq;
+  }
+  template <HasFields T>
+  void Write(const std::vector<T>& entries) {
+    out << YAML::BeginSeq;
+    for (const T& entry : entries) {
+      out << YAML::Flow << YAML::BeginMap;
+      VisitFields(entry, *this);
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
   }
 };
 
@@ -605,8 +439,8 @@ Status CheckStringLengths(const Config& config) {
                                     " bytes, at most " + std::to_string(Config::kMaxStringBytes));
     }
   };
-  VisitSections(config, [&](const char* section, const auto& part, auto&& fields) {
-    fields(part, [&](const char* name, const auto& value) {
+  VisitFields(config, [&](const char* section, const auto& part) {
+    VisitFields(part, [&](const char* name, const auto& value) {
       using T = std::decay_t<decltype(value)>;
       const std::string where = std::string(section) + "." + name;
       if constexpr (std::is_same_v<T, std::string>) {
@@ -661,7 +495,7 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
   }
   std::set<std::string> known;
   Status status;
-  VisitSections(config, [&](const char* name, auto& section, auto visit_fields) {
+  VisitFields(config, [&](const char* name, auto& section) {
     known.insert(name);
     if (!status.ok()) return;
     const YAML::Node node = root[name];
@@ -671,7 +505,7 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
       return;
     }
     FieldReader reader(source, std::string(name) + ".", node);
-    visit_fields(section, reader);
+    VisitFields(section, reader);
     status = reader.Finish();
   });
   FB_RETURN_IF_ERROR(status);
@@ -693,9 +527,9 @@ StatusOr<Config> LoadConfigFile(const std::string& path) {
 std::string ConfigToYaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  VisitSections(config, [&](const char* name, const auto& section, auto visit_fields) {
+  VisitFields(config, [&](const char* name, const auto& section) {
     out << YAML::Key << name << YAML::Value << YAML::BeginMap;
-    visit_fields(section, FieldWriter{out});
+    VisitFields(section, FieldWriter{out});
     out << YAML::EndMap;
   });
   out << YAML::EndMap;

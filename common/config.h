@@ -1,7 +1,7 @@
 // Config: the one configuration aggregate of fullband, loaded from YAML and validated.
 //
 // Every field has a comment and its default (docs/MODEL.md); the YAML keys are the field
-// names. Loading rejects unknown keys, wrong types and out-of-range values with an
+// names, listed once in common/config_fields.h, which every reader and writer walks. Loading rejects unknown keys, wrong types and out-of-range values with an
 // INVALID_ARGUMENT naming the field path and the value ("model.n_heads: 12 is not divisible
 // by model.n_kv_heads = 5"). A Config is passed by const&, never global.
 // Cross-section rules (parallel layout against the model, launcher ranks against the layout)

@@ -1,339 +1,217 @@
+// Config <-> proto::Config by protobuf reflection over the field list of common/config_fields.h:
+// a Config field and its proto field share a name, so neither direction lists the fields again.
+// An enum value travels as <ENUM>_<NAME> (FEEDBACK_LOSS_MEAN for `mean`); 0 is UNSPECIFIED.
 #include "proto/config_convert.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/reflection.h>
+
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/config_fields.h"
 
 namespace fullband {
 namespace {
 
-// Copies every set field of the message onto `m`. The field lists mirror config.proto.
-#define FB_FROM_PROTO(field) \
-  if (p.has_##field()) m.field = p.field()
+using google::protobuf::EnumDescriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 
-Status UnknownEnum(const char* field, int value) {
-  return InvalidArgumentError(std::string(field) + ": unknown enum value " + std::to_string(value));
+using PassMix = std::vector<std::pair<int64_t, double>>;
+
+const FieldDescriptor* ProtoField(const Message& message, const char* name) {
+  const FieldDescriptor* field = message.GetDescriptor()->FindFieldByName(name);
+  FB_CHECK(field != nullptr) << message.GetDescriptor()->full_name() << " has no field " << name
+                             << " (proto/config.proto must name every field of "
+                                "common/config_fields.h)";
+  return field;
 }
 
-Status ModelFromProto(const proto::ModelConfig& p, ModelConfig& m) {
-  FB_FROM_PROTO(vocab_size);
-  FB_FROM_PROTO(d_model);
-  FB_FROM_PROTO(n_layers);
-  FB_FROM_PROTO(n_heads);
-  FB_FROM_PROTO(n_kv_heads);
-  FB_FROM_PROTO(head_dim);
-  FB_FROM_PROTO(ffn_dim);
-  FB_FROM_PROTO(max_seq_len);
-  FB_FROM_PROTO(rope_theta);
-  FB_FROM_PROTO(qk_norm);
-  FB_FROM_PROTO(attn_gate);
-  FB_FROM_PROTO(window);
-  FB_FROM_PROTO(full_attention_every);
-  FB_FROM_PROTO(depth_scaling);
-  FB_FROM_PROTO(eod_id);
-  FB_FROM_PROTO(ignore_id);
-  FB_FROM_PROTO(z_loss);
-  FB_FROM_PROTO(jitter);
-  FB_FROM_PROTO(prefix_mixin);
-  FB_FROM_PROTO(pass1_input_norm);
-  switch (p.feedback_loss()) {
-    case proto::FEEDBACK_LOSS_UNSPECIFIED:
-      break;
-    case proto::FEEDBACK_LOSS_MEAN:
-      m.feedback_loss = FeedbackLoss::kMean;
-      break;
-    case proto::FEEDBACK_LOSS_SUM:
-      m.feedback_loss = FeedbackLoss::kSum;
-      break;
-    default:
-      return UnknownEnum("model.feedback_loss", p.feedback_loss());
+// FEEDBACK_LOSS_ for FeedbackLoss: the name of the enum's value 0, FEEDBACK_LOSS_UNSPECIFIED,
+// without UNSPECIFIED.
+std::string EnumPrefix(const EnumDescriptor& type) {
+  const std::string unspecified = type.FindValueByNumber(0)->name();
+  return unspecified.substr(0, unspecified.size() - std::string("UNSPECIFIED").size());
+}
+
+std::string Upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Writes each visited field into the proto field of the same name.
+class ToProtoVisitor {
+ public:
+  explicit ToProtoVisitor(Message* message)
+      : message_(message), reflection_(message->GetReflection()) {}
+
+  template <typename T>
+  void operator()(const char* name, const T& value) {
+    Set(ProtoField(*message_, name), value);
   }
-  switch (p.feedback_state()) {
-    case proto::FEEDBACK_STATE_UNSPECIFIED:
-      break;
-    case proto::FEEDBACK_STATE_POST_NORM:
-      m.feedback_state = FeedbackState::kPostNorm;
-      break;
-    case proto::FEEDBACK_STATE_PRE_NORM:
-      m.feedback_state = FeedbackState::kPreNorm;
-      break;
-    default:
-      return UnknownEnum("model.feedback_state", p.feedback_state());
+
+ private:
+  void Set(const FieldDescriptor* f, int64_t v) { reflection_->SetInt64(message_, f, v); }
+  void Set(const FieldDescriptor* f, double v) { reflection_->SetDouble(message_, f, v); }
+  void Set(const FieldDescriptor* f, bool v) { reflection_->SetBool(message_, f, v); }
+  void Set(const FieldDescriptor* f, const std::string& v) {
+    reflection_->SetString(message_, f, v);
   }
-  return OkStatus();
-}
-
-void ParallelFromProto(const proto::ParallelConfig& p, ParallelConfig& m) {
-  FB_FROM_PROTO(tp);
-  FB_FROM_PROTO(dp);
-  FB_FROM_PROTO(zero1);
-}
-
-void DataFromProto(const proto::DataConfig& p, DataConfig& m) {
-  FB_FROM_PROTO(path);
-  if (p.sources_size() > 0) {
-    m.sources.clear();
-    for (const proto::DataSource& s : p.sources()) {
-      DataSource source;
-      source.store = s.store();
-      if (s.has_weight()) source.weight = s.weight();
-      m.sources.push_back(std::move(source));
+  template <typename E>
+  requires std::is_enum_v<E>
+  void Set(const FieldDescriptor* f, E v) {
+    const std::string name = EnumPrefix(*f->enum_type()) + Upper(NameOf(v));
+    const EnumValueDescriptor* value = f->enum_type()->FindValueByName(name);
+    FB_CHECK(value != nullptr) << f->full_name() << " has no value " << name;
+    reflection_->SetEnum(message_, f, value);
+  }
+  void Set(const FieldDescriptor* f, const std::vector<std::string>& items) {
+    for (const std::string& item : items) reflection_->AddString(message_, f, item);
+  }
+  // Each (passes, probability) is a PassProbability.
+  void Set(const FieldDescriptor* f, const PassMix& mix) {
+    for (const auto& [passes, probability] : mix) {
+      Message* entry = reflection_->AddMessage(message_, f);
+      ToProtoVisitor to(entry);
+      to("passes", passes);
+      to("probability", probability);
     }
   }
-  FB_FROM_PROTO(prefetch);
-  FB_FROM_PROTO(batch_size);
-  FB_FROM_PROTO(seq_len);
-  FB_FROM_PROTO(seed);
-}
+  template <HasFields T>
+  void Set(const FieldDescriptor* f, const std::vector<T>& entries) {
+    for (const T& entry : entries)
+      VisitFields(entry, ToProtoVisitor(reflection_->AddMessage(message_, f)));
+  }
+  template <HasFields T>
+  void Set(const FieldDescriptor* f, const T& nested) {
+    VisitFields(nested, ToProtoVisitor(reflection_->MutableMessage(message_, f)));
+  }
 
-void OptimFromProto(const proto::OptimConfig& p, OptimConfig& m) {
-  FB_FROM_PROTO(lr);
-  FB_FROM_PROTO(beta1);
-  FB_FROM_PROTO(beta2);
-  FB_FROM_PROTO(eps);
-  FB_FROM_PROTO(weight_decay);
-  FB_FROM_PROTO(decay_embedding);
-  FB_FROM_PROTO(decay_norms);
-  FB_FROM_PROTO(grad_clip);
-  FB_FROM_PROTO(warmup_steps);
-  FB_FROM_PROTO(cooldown_fraction);
-}
+  Message* message_;
+  const Reflection* reflection_;
+};
 
-void ScheduleFromProto(const proto::ScheduleConfig& p, ScheduleConfig& m) {
-  FB_FROM_PROTO(steps);
-  FB_FROM_PROTO(seed);
-  if (p.phases_size() > 0) {
-    m.phases.clear();
-    for (const proto::SchedulePhase& ph : p.phases()) {
-      SchedulePhase phase;
-      phase.until = ph.until();
-      phase.mix.clear();
-      for (const proto::PassProbability& pp : ph.mix()) {
-        phase.mix.emplace_back(pp.passes(), pp.probability());
+// Reads each visited field from the proto field of the same name. A field with presence
+// (`optional`) is read only when set, an enum only when not UNSPECIFIED, a list only when
+// non-empty; otherwise the Config keeps its default. Errors name the field as "section.field".
+class FromProtoVisitor {
+ public:
+  FromProtoVisitor(const Message& message, std::string prefix)
+      : message_(message), reflection_(message.GetReflection()), prefix_(std::move(prefix)) {}
+
+  template <typename T>
+  void operator()(const char* name, T& value) {
+    if (!status_.ok()) return;
+    if (!Given(message_, name)) return;
+    Get(ProtoField(message_, name), prefix_ + name, value);
+  }
+
+  const Status& status() const { return status_; }
+
+ private:
+  void Get(const FieldDescriptor* f, const std::string&, int64_t& v) {
+    v = reflection_->GetInt64(message_, f);
+  }
+  void Get(const FieldDescriptor* f, const std::string&, double& v) {
+    v = reflection_->GetDouble(message_, f);
+  }
+  void Get(const FieldDescriptor* f, const std::string&, bool& v) {
+    v = reflection_->GetBool(message_, f);
+  }
+  void Get(const FieldDescriptor* f, const std::string&, std::string& v) {
+    v = reflection_->GetString(message_, f);
+  }
+  template <typename E>
+  requires std::is_enum_v<E>
+  void Get(const FieldDescriptor* f, const std::string& path, E& v) {
+    const int number = reflection_->GetEnumValue(message_, f);
+    if (number == 0) return;  // UNSPECIFIED
+    const EnumValueDescriptor* value = f->enum_type()->FindValueByNumber(number);
+    const std::string prefix = EnumPrefix(*f->enum_type());
+    for (const auto& [e, name] : EnumNames(v)) {
+      if (value != nullptr && value->name() == prefix + Upper(name)) {
+        v = e;
+        return;
       }
-      m.phases.push_back(std::move(phase));
+    }
+    status_ = InvalidArgumentError(path + ": unknown enum value " + std::to_string(number));
+  }
+  void Get(const FieldDescriptor* f, const std::string&, std::vector<std::string>& items) {
+    const auto field = reflection_->GetRepeatedFieldRef<std::string>(message_, f);
+    items.assign(field.begin(), field.end());
+  }
+  void Get(const FieldDescriptor* f, const std::string& path, PassMix& mix) {
+    mix.clear();
+    for (int i = 0; i < reflection_->FieldSize(message_, f); ++i) {
+      FromProtoVisitor from(reflection_->GetRepeatedMessage(message_, f, i), path + ".");
+      std::pair<int64_t, double> entry;
+      from("passes", entry.first);
+      from("probability", entry.second);
+      mix.push_back(entry);
     }
   }
-}
-
-void CheckpointFromProto(const proto::CheckpointConfig& p, CheckpointConfig& m) {
-  FB_FROM_PROTO(dir);
-  FB_FROM_PROTO(every_steps);
-  FB_FROM_PROTO(keep);
-}
-
-Status BudgetFromProto(const proto::BudgetConfig& p, BudgetConfig& m) {
-  FB_FROM_PROTO(amount);
-  switch (p.kind()) {
-    case proto::BUDGET_KIND_UNSPECIFIED:
-      break;
-    case proto::BUDGET_KIND_TOKENS:
-      m.kind = BudgetKind::kTokens;
-      break;
-    case proto::BUDGET_KIND_TOKEN_EQUIVALENTS:
-      m.kind = BudgetKind::kTokenEquivalents;
-      break;
-    case proto::BUDGET_KIND_FLOPS:
-      m.kind = BudgetKind::kFlops;
-      break;
-    default:
-      return UnknownEnum("budget.kind", p.kind());
-  }
-  return OkStatus();
-}
-
-Status LauncherFromProto(const proto::LauncherConfig& p, LauncherConfig& m) {
-  FB_FROM_PROTO(processes);
-  if (p.command_size() > 0) m.command.assign(p.command().begin(), p.command().end());
-  m.extra_args.assign(p.extra_args().begin(), p.extra_args().end());
-  FB_FROM_PROTO(max_restarts);
-  FB_FROM_PROTO(backoff_seconds);
-  FB_FROM_PROTO(max_backoff_seconds);
-  switch (p.kind()) {
-    case proto::LAUNCHER_KIND_UNSPECIFIED:
-      break;
-    case proto::LAUNCHER_KIND_LOCAL:
-      m.kind = LauncherKind::kLocal;
-      break;
-    case proto::LAUNCHER_KIND_SLURM:
-      m.kind = LauncherKind::kSlurm;
-      break;
-    default:
-      return UnknownEnum("launcher.kind", p.kind());
-  }
-  return OkStatus();
-}
-
-Status RuntimeFromProto(const proto::RuntimeConfig& p, RuntimeConfig& m) {
-  FB_FROM_PROTO(device);
-  FB_FROM_PROTO(threads);
-  FB_FROM_PROTO(log_every);
-  FB_FROM_PROTO(init_seed);
-  FB_FROM_PROTO(init_from);
-  FB_FROM_PROTO(save_to);
-  FB_FROM_PROTO(peak_gflops);
-  switch (p.recompute()) {
-    case proto::RECOMPUTE_UNSPECIFIED:
-      break;
-    case proto::RECOMPUTE_NONE:
-      m.recompute = Recompute::kNone;
-      break;
-    case proto::RECOMPUTE_SELECTIVE:
-      m.recompute = Recompute::kSelective;
-      break;
-    case proto::RECOMPUTE_FULL:
-      m.recompute = Recompute::kFull;
-      break;
-    default:
-      return UnknownEnum("runtime.recompute", p.recompute());
-  }
-  return OkStatus();
-}
-
-#undef FB_FROM_PROTO
-
-void ModelToProto(const ModelConfig& m, proto::ModelConfig* p) {
-  p->set_vocab_size(m.vocab_size);
-  p->set_d_model(m.d_model);
-  p->set_n_layers(m.n_layers);
-  p->set_n_heads(m.n_heads);
-  p->set_n_kv_heads(m.n_kv_heads);
-  p->set_head_dim(m.head_dim);
-  p->set_ffn_dim(m.ffn_dim);
-  p->set_max_seq_len(m.max_seq_len);
-  p->set_rope_theta(m.rope_theta);
-  p->set_qk_norm(m.qk_norm);
-  p->set_attn_gate(m.attn_gate);
-  p->set_window(m.window);
-  p->set_full_attention_every(m.full_attention_every);
-  p->set_depth_scaling(m.depth_scaling);
-  p->set_eod_id(m.eod_id);
-  p->set_ignore_id(m.ignore_id);
-  p->set_z_loss(m.z_loss);
-  p->set_feedback_loss(m.feedback_loss == FeedbackLoss::kMean ? proto::FEEDBACK_LOSS_MEAN
-                                                              : proto::FEEDBACK_LOSS_SUM);
-  p->set_feedback_state(m.feedback_state == FeedbackState::kPostNorm
-                            ? proto::FEEDBACK_STATE_POST_NORM
-                            : proto::FEEDBACK_STATE_PRE_NORM);
-  p->set_jitter(m.jitter);
-  p->set_prefix_mixin(m.prefix_mixin);
-  p->set_pass1_input_norm(m.pass1_input_norm);
-}
-
-void DataToProto(const DataConfig& m, proto::DataConfig* p) {
-  p->set_path(m.path);
-  for (const DataSource& s : m.sources) {
-    proto::DataSource* out = p->add_sources();
-    out->set_store(s.store);
-    out->set_weight(s.weight);
-  }
-  p->set_prefetch(m.prefetch);
-  p->set_batch_size(m.batch_size);
-  p->set_seq_len(m.seq_len);
-  p->set_seed(m.seed);
-}
-
-void OptimToProto(const OptimConfig& m, proto::OptimConfig* p) {
-  p->set_lr(m.lr);
-  p->set_beta1(m.beta1);
-  p->set_beta2(m.beta2);
-  p->set_eps(m.eps);
-  p->set_weight_decay(m.weight_decay);
-  p->set_decay_embedding(m.decay_embedding);
-  p->set_decay_norms(m.decay_norms);
-  p->set_grad_clip(m.grad_clip);
-  p->set_warmup_steps(m.warmup_steps);
-  p->set_cooldown_fraction(m.cooldown_fraction);
-}
-
-void ScheduleToProto(const ScheduleConfig& m, proto::ScheduleConfig* p) {
-  p->set_steps(m.steps);
-  p->set_seed(m.seed);
-  for (const SchedulePhase& phase : m.phases) {
-    proto::SchedulePhase* out = p->add_phases();
-    out->set_until(phase.until);
-    for (const auto& [passes, prob] : phase.mix) {
-      proto::PassProbability* pp = out->add_mix();
-      pp->set_passes(passes);
-      pp->set_probability(prob);
+  template <HasFields T>
+  void Get(const FieldDescriptor* f, const std::string& path, std::vector<T>& entries) {
+    entries.assign(reflection_->FieldSize(message_, f), T{});
+    for (size_t i = 0; i < entries.size() && status_.ok(); ++i) {
+      const Message& entry = reflection_->GetRepeatedMessage(message_, f, static_cast<int>(i));
+      const std::string here = path + "[" + std::to_string(i) + "].";
+      for (std::string_view required : RequiredFields(entries[i])) {
+        if (!Given(entry, std::string(required).c_str())) {
+          status_ = InvalidArgumentError(here + std::string(required) + " is required");
+          return;
+        }
+      }
+      Nested(entry, here, entries[i]);
     }
   }
-}
-
-proto::BudgetKind BudgetKindToProto(BudgetKind k) {
-  switch (k) {
-    case BudgetKind::kTokens:
-      return proto::BUDGET_KIND_TOKENS;
-    case BudgetKind::kTokenEquivalents:
-      return proto::BUDGET_KIND_TOKEN_EQUIVALENTS;
-    case BudgetKind::kFlops:
-      return proto::BUDGET_KIND_FLOPS;
+  // Whether a field is set; a scalar without presence always is.
+  static bool Given(const Message& message, const char* name) {
+    const FieldDescriptor* f = ProtoField(message, name);
+    if (f->is_repeated()) return message.GetReflection()->FieldSize(message, f) > 0;
+    return !f->has_presence() || message.GetReflection()->HasField(message, f);
   }
-  return proto::BUDGET_KIND_UNSPECIFIED;
-}
-
-proto::Recompute RecomputeToProto(Recompute r) {
-  switch (r) {
-    case Recompute::kNone:
-      return proto::RECOMPUTE_NONE;
-    case Recompute::kSelective:
-      return proto::RECOMPUTE_SELECTIVE;
-    case Recompute::kFull:
-      return proto::RECOMPUTE_FULL;
+  template <HasFields T>
+  void Get(const FieldDescriptor* f, const std::string& path, T& nested) {
+    Nested(reflection_->GetMessage(message_, f), path + ".", nested);
   }
-  return proto::RECOMPUTE_UNSPECIFIED;
-}
+  template <HasFields T>
+  void Nested(const Message& message, std::string prefix, T& nested) {
+    FromProtoVisitor from(message, std::move(prefix));
+    VisitFields(nested, from);
+    status_ = from.status();
+  }
 
-void LauncherToProto(const LauncherConfig& m, proto::LauncherConfig* p) {
-  p->set_kind(m.kind == LauncherKind::kLocal ? proto::LAUNCHER_KIND_LOCAL
-                                             : proto::LAUNCHER_KIND_SLURM);
-  p->set_processes(m.processes);
-  for (const std::string& c : m.command) p->add_command(c);
-  for (const std::string& a : m.extra_args) p->add_extra_args(a);
-  p->set_max_restarts(m.max_restarts);
-  p->set_backoff_seconds(m.backoff_seconds);
-  p->set_max_backoff_seconds(m.max_backoff_seconds);
-}
-
-void RuntimeToProto(const RuntimeConfig& m, proto::RuntimeConfig* p) {
-  p->set_device(m.device);
-  p->set_threads(m.threads);
-  p->set_recompute(RecomputeToProto(m.recompute));
-  p->set_log_every(m.log_every);
-  p->set_init_seed(m.init_seed);
-  p->set_init_from(m.init_from);
-  p->set_save_to(m.save_to);
-  p->set_peak_gflops(m.peak_gflops);
-}
+  const Message& message_;
+  const Reflection* reflection_;
+  std::string prefix_;
+  Status status_;
+};
 
 }  // namespace
 
 proto::Config ToProto(const Config& config) {
   proto::Config out;
-  ModelToProto(config.model, out.mutable_model());
-  out.mutable_parallel()->set_tp(config.parallel.tp);
-  out.mutable_parallel()->set_dp(config.parallel.dp);
-  out.mutable_parallel()->set_zero1(config.parallel.zero1);
-  DataToProto(config.data, out.mutable_data());
-  OptimToProto(config.optim, out.mutable_optim());
-  ScheduleToProto(config.schedule, out.mutable_schedule());
-  out.mutable_checkpoint()->set_dir(config.checkpoint.dir);
-  out.mutable_checkpoint()->set_every_steps(config.checkpoint.every_steps);
-  out.mutable_checkpoint()->set_keep(config.checkpoint.keep);
-  out.mutable_budget()->set_kind(BudgetKindToProto(config.budget.kind));
-  out.mutable_budget()->set_amount(config.budget.amount);
-  LauncherToProto(config.launcher, out.mutable_launcher());
-  RuntimeToProto(config.runtime, out.mutable_runtime());
+  VisitFields(config, ToProtoVisitor(&out));
   return out;
+}
+
+Status CopyFromProto(const proto::Config& message, Config& config) {
+  FromProtoVisitor from(message, "");
+  VisitFields(config, from);
+  return from.status();
 }
 
 StatusOr<Config> FromProto(const proto::Config& message) {
   Config config;
-  FB_RETURN_IF_ERROR(ModelFromProto(message.model(), config.model));
-  ParallelFromProto(message.parallel(), config.parallel);
-  DataFromProto(message.data(), config.data);
-  OptimFromProto(message.optim(), config.optim);
-  ScheduleFromProto(message.schedule(), config.schedule);
-  CheckpointFromProto(message.checkpoint(), config.checkpoint);
-  FB_RETURN_IF_ERROR(BudgetFromProto(message.budget(), config.budget));
-  FB_RETURN_IF_ERROR(LauncherFromProto(message.launcher(), config.launcher));
-  FB_RETURN_IF_ERROR(RuntimeFromProto(message.runtime(), config.runtime));
+  FB_RETURN_IF_ERROR(CopyFromProto(message, config));
   FB_RETURN_IF_ERROR(config.Validate());
   return config;
 }

@@ -11,5 +11,8 @@ namespace fullband {
 
 proto::Config ToProto(const Config& config);
 StatusOr<Config> FromProto(const proto::Config& message);
+// FromProto's copy without the validation: every set field of `message` onto `config`.
+// INVALID_ARGUMENT for an enum value this build does not know.
+Status CopyFromProto(const proto::Config& message, Config& config);
 
 }  // namespace fullband

@@ -200,7 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "pass count 0 outside [1, 64]"},
         BadCase{"schedule:\n  phases:\n    - {until: 1.0, mix: {1: 1.0}, extra: 3}\n",
                 "unknown field schedule.phases[0].extra"},
-        BadCase{"schedule:\n  phases: []\n", "schedule.phases: expected a non-empty list"},
+        BadCase{"schedule:\n  phases: []\n", "schedule.phases: at least one phase is needed"},
         BadCase{"data:\n  seq_len: 0\n", "data.seq_len: 0 must be >= 1"},
         BadCase{"optim:\n  beta2: 1.5\n", "optim.beta2: 1.5"},
         BadCase{"optim:\n  cooldown_fraction: 2\n", "optim.cooldown_fraction"},
