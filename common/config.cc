@@ -2,11 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <set>
-#include <sstream>
 
 #include "common/config_fields.h"
 #include "common/file_util.h"
@@ -14,157 +11,6 @@
 
 namespace fullband {
 namespace {
-
-std::string Describe(const YAML::Node& node) {
-  if (node.IsScalar()) return "'" + Excerpt(node.Scalar()) + "'";
-  if (node.IsSequence()) return "a list";
-  if (node.IsMap()) return "a mapping";
-  return "null";
-}
-
-std::string Where(std::string_view source, const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  std::string out(source);
-  if (mark.line >= 0) out += ":" + std::to_string(mark.line + 1);
-  return out;
-}
-
-// Reads one scalar into a field, with an error naming "<source>:<line>: <path>".
-class FieldReader {
- public:
-  FieldReader(std::string_view source, std::string prefix, const YAML::Node& map)
-      : source_(source), prefix_(std::move(prefix)), map_(map) {}
-
-  template <typename T>
-  void operator()(const char* name, T& field) {
-    seen_.insert(name);
-    if (!status_.ok()) return;
-    const YAML::Node node = map_[name];
-    if (!node) return;  // keeps the default
-    status_ = Read(node, prefix_ + name, field);
-  }
-
-  Status Finish() {
-    if (!status_.ok()) return status_;
-    for (const auto& kv : map_) {
-      const std::string key = kv.first.as<std::string>();
-      if (!seen_.count(key)) {
-        return InvalidArgumentError(Where(source_, kv.first) + ": unknown field " + prefix_ + key);
-      }
-    }
-    return OkStatus();
-  }
-
- private:
-  Status Error(const YAML::Node& node, const std::string& path, const std::string& what) {
-    return InvalidArgumentError(Where(source_, node) + ": " + path + ": expected " + what +
-                                ", got " + Describe(node));
-  }
-  Status Read(const YAML::Node& node, const std::string& path, int64_t& out) {
-    if (!node.IsScalar()) return Error(node, path, "an integer");
-    std::istringstream in(node.Scalar());
-    int64_t v;
-    if (!(in >> v) || !in.eof()) return Error(node, path, "an integer");
-    out = v;
-    return OkStatus();
-  }
-  Status Read(const YAML::Node& node, const std::string& path, double& out) {
-    if (!node.IsScalar()) return Error(node, path, "a number");
-    std::istringstream in(node.Scalar());
-    double v;
-    if (!(in >> v) || !in.eof() || !std::isfinite(v)) return Error(node, path, "a number");
-    out = v;
-    return OkStatus();
-  }
-  Status Read(const YAML::Node& node, const std::string& path, bool& out) {
-    if (!node.IsScalar()) return Error(node, path, "true or false");
-    const std::string& s = node.Scalar();
-    if (s == "true") {
-      out = true;
-    } else if (s == "false") {
-      out = false;
-    } else {
-      return Error(node, path, "true or false");
-    }
-    return OkStatus();
-  }
-  // Every enum field: its name in the enum's table (EnumNames below).
-  template <typename E>
-  requires std::is_enum_v<E> Status Read(const YAML::Node& node, const std::string& path, E& out) {
-    const std::string v = node.IsScalar() ? node.Scalar() : "";
-    std::string choices;
-    for (const auto& [value, name] : EnumNames(E{})) {
-      if (v == name) {
-        out = value;
-        return OkStatus();
-      }
-      choices += (choices.empty() ? "" : ", ") + std::string(name);
-    }
-    return Error(node, path, "one of " + choices);
-  }
-  Status Read(const YAML::Node& node, const std::string& path, std::string& out) {
-    if (!node.IsScalar()) return Error(node, path, "a string");
-    out = node.Scalar();
-    return OkStatus();
-  }
-  // mix: {1: 0.75, 2: 0.25}, passes to probability.
-  Status Read(const YAML::Node& node, const std::string& path,
-              std::vector<std::pair<int64_t, double>>& out) {
-    if (!node.IsMap() || node.size() == 0)
-      return Error(node, path, "a mapping {passes: probability}");
-    std::vector<std::pair<int64_t, double>> mix;
-    for (const auto& kv : node) {
-      int64_t passes;
-      double prob;
-      FB_RETURN_IF_ERROR(Read(kv.first, path + " key", passes));
-      FB_RETURN_IF_ERROR(Read(kv.second, path + "[" + kv.first.Scalar() + "]", prob));
-      mix.emplace_back(passes, prob);
-    }
-    out = std::move(mix);
-    return OkStatus();
-  }
-  // A list of mappings, each read field by field (config_fields.h):
-  // phases: [{until: 0.75, mix: {1: 1.0}}, ...], sources: [{store: PATH, weight: 0.7}, ...].
-  template <HasFields T>
-  Status Read(const YAML::Node& node, const std::string& path, std::vector<T>& out) {
-    if (!node.IsSequence()) return Error(node, path, "a list of mappings");
-    std::vector<T> entries(node.size());
-    for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node entry = node[i];
-      const std::string here = path + "[" + std::to_string(i) + "]";
-      if (!entry.IsMap()) return Error(entry, here, "a mapping");
-      for (std::string_view required : RequiredFields(entries[i])) {
-        if (!entry[std::string(required)]) {
-          return InvalidArgumentError(Where(source_, entry) + ": " + here + "." +
-                                      std::string(required) + " is required");
-        }
-      }
-      FieldReader reader(source_, here + ".", entry);
-      VisitFields(entries[i], reader);
-      FB_RETURN_IF_ERROR(reader.Finish());
-    }
-    out = std::move(entries);
-    return OkStatus();
-  }
-  // command: [fullband, worker]
-  Status Read(const YAML::Node& node, const std::string& path, std::vector<std::string>& out) {
-    if (!node.IsSequence()) return Error(node, path, "a list of strings");
-    std::vector<std::string> items;
-    for (size_t i = 0; i < node.size(); ++i) {
-      std::string item;
-      FB_RETURN_IF_ERROR(Read(node[i], path + "[" + std::to_string(i) + "]", item));
-      items.push_back(std::move(item));
-    }
-    out = std::move(items);
-    return OkStatus();
-  }
-
-  std::string_view source_;
-  std::string prefix_;
-  const YAML::Node& map_;
-  std::set<std::string> seen_;
-  Status status_;
-};
 
 struct FieldWriter {
   YAML::Emitter& out;
@@ -501,10 +347,10 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
     const YAML::Node node = root[name];
     if (!node) return;
     if (!node.IsMap()) {
-      status = InvalidArgumentError(Where(source, node) + ": " + name + ": expected a mapping");
+      status = InvalidArgumentError(YamlWhere(source, node) + ": " + name + ": expected a mapping");
       return;
     }
-    FieldReader reader(source, std::string(name) + ".", node);
+    YamlFieldReader reader(source, std::string(name) + ".", node);
     VisitFields(section, reader);
     status = reader.Finish();
   });
@@ -512,7 +358,7 @@ StatusOr<Config> ParseConfig(std::string_view yaml_text, std::string_view source
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (!known.count(key)) {
-      return InvalidArgumentError(Where(source, kv.first) + ": unknown section " + key);
+      return InvalidArgumentError(YamlWhere(source, kv.first) + ": unknown section " + key);
     }
   }
   FB_RETURN_IF_ERROR(config.Validate().WithContext(source));

@@ -6,19 +6,18 @@
 //
 //   VisitFields(config.model, [](const char* name, auto& field) { ... });
 //
-// calls `visit(name, field)` for every field of a struct, in file order; the field is const
-// when the struct is. A field whose type has VisitFields of its own (a section, a list entry)
-// is a mapping; the caller recurses.
+// calls `visit(name, field)` for every field of a struct, in file order (common/visit_fields.h);
+// the field is const when the struct is. A field whose type has VisitFields of its own (a
+// section, a list entry) is a mapping; the caller recurses.
 #pragma once
 
 #include <array>
-#include <concepts>
 #include <cstdint>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 
 #include "common/config.h"
+#include "common/visit_fields.h"
 
 namespace fullband {
 
@@ -52,10 +51,6 @@ constexpr std::string_view NameOf(E v) {
   }
   return "?";
 }
-
-// `M` is `T` or `const T`.
-template <typename M, typename T>
-concept FieldsOf = std::same_as<std::remove_const_t<M>, T>;
 
 template <FieldsOf<ModelConfig> M, typename Visitor>
 void VisitFields(M& m, Visitor&& visit) {
@@ -184,12 +179,6 @@ void VisitFields(M& c, Visitor&& visit) {
   visit("launcher", c.launcher);
   visit("runtime", c.runtime);
 }
-
-// True for the structs above: a field of such a type is a nested mapping.
-template <typename T>
-concept HasFields = requires(T& t) {
-  VisitFields(t, [](const char*, auto&) {});
-};
 
 // The fields a list entry must give (the rest keep their defaults).
 constexpr std::array<std::string_view, 1> RequiredFields(const DataSource&) { return {"store"}; }

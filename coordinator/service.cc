@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <set>
 #include <sstream>
 
 #include "common/file_util.h"
@@ -15,121 +14,27 @@
 #include "coordinator/local_launcher.h"
 
 namespace fullband::coordinator {
-namespace {
-
-// Reads the keys of coordinator.yaml into a ServiceConfig; errors name "<source>:<line>: key".
-class Reader {
- public:
-  Reader(std::string_view source, const YAML::Node& root) : source_(source), root_(root) {}
-
-  void operator()(const char* key, std::string& out) {
-    Read(
-        key,
-        [&](const YAML::Node& n) {
-          if (!n.IsScalar()) return false;
-          out = n.Scalar();
-          return true;
-        },
-        "a string");
-  }
-  void operator()(const char* key, bool& out) {
-    Read(
-        key,
-        [&](const YAML::Node& n) {
-          if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false")) return false;
-          out = n.Scalar() == "true";
-          return true;
-        },
-        "true or false");
-  }
-  void operator()(const char* key, std::vector<std::string>& out) {
-    Read(
-        key,
-        [&](const YAML::Node& n) {
-          if (!n.IsSequence()) return false;
-          std::vector<std::string> v;
-          for (const YAML::Node& e : n) {
-            if (!e.IsScalar()) return false;
-            v.push_back(e.Scalar());
-          }
-          out = std::move(v);
-          return true;
-        },
-        "a list of strings");
-  }
-  // A number > 0.
-  void operator()(const char* key, double& out) {
-    Read(
-        key,
-        [&](const YAML::Node& n) {
-          if (!n.IsScalar()) return false;
-          std::istringstream in(n.Scalar());
-          double v;
-          if (!(in >> v) || !in.eof() || !std::isfinite(v) || v <= 0) return false;
-          out = v;
-          return true;
-        },
-        "a number > 0");
-  }
-
-  Status Finish() {
-    if (!status_.ok()) return status_;
-    for (const auto& kv : root_) {
-      const std::string key = kv.first.as<std::string>();
-      if (!seen_.count(key)) return InvalidArgumentError(Where(kv.first) + ": unknown key " + key);
-    }
-    return OkStatus();
-  }
-
- private:
-  std::string Where(const YAML::Node& n) const {
-    return std::string(source_) + ":" + std::to_string(n.Mark().line + 1);
-  }
-  template <typename Fn>
-  void Read(const char* key, Fn&& fn, const char* what) {
-    seen_.insert(key);
-    if (!status_.ok()) return;
-    const YAML::Node n = root_[key];
-    if (!n) return;
-    if (!fn(n)) {
-      status_ =
-          InvalidArgumentError(Where(n) + ": " + key + ": expected " + what + ", got '" +
-                               (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
-    }
-  }
-
-  std::string_view source_;
-  const YAML::Node& root_;
-  std::set<std::string> seen_;
-  Status status_;
-};
-
-}  // namespace
 
 StatusOr<ServiceConfig> ParseServiceConfig(std::string_view yaml, std::string_view source) {
   FB_ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(yaml, source));
   ServiceConfig c;
   if (root.IsNull()) return c;
   if (!root.IsMap()) return InvalidArgumentError(std::string(source) + ": expected a mapping");
-  Reader r(source, root);
-  r("listen", c.listen);
-  r("advertise", c.advertise);
-  r("store_dir", c.store_dir);
-  r("jobs_dir", c.jobs_dir);
-  r("tls_cert", c.tls_cert);
-  r("tls_key", c.tls_key);
-  r("worker_tls_ca", c.worker_tls_ca);
-  r("worker_env", c.worker_env);
-  r("tokens_file", c.tokens_file);
-  r("metrics_listen", c.metrics_listen);
-  r("heartbeat_interval_seconds", c.heartbeat_interval_seconds);
-  r("heartbeat_timeout_seconds", c.heartbeat_timeout_seconds);
-  r("launch_timeout_seconds", c.launch_timeout_seconds);
-  r("tick_seconds", c.tick_seconds);
-  r("mpirun", c.mpirun);
-  r("direct_single_process", c.direct_single_process);
-  r("kill_grace_seconds", c.kill_grace_seconds);
-  FB_RETURN_IF_ERROR(r.Finish());
+  YamlFieldReader reader(source, "", root);
+  VisitFields(c, reader);
+  FB_RETURN_IF_ERROR(reader.Finish());
+  Status positive;
+  VisitFields(c, [&](const char* key, const auto& value) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, double>) {
+      if (positive.ok() && !(value > 0)) {
+        std::ostringstream number;
+        number << value;
+        positive = InvalidArgumentError(std::string(source) + ": " + key + ": " + number.str() +
+                                        " must be > 0");
+      }
+    }
+  });
+  FB_RETURN_IF_ERROR(positive);
   if (c.heartbeat_interval_seconds >= c.heartbeat_timeout_seconds) {
     return InvalidArgumentError(std::string(source) +
                                 ": heartbeat_interval_seconds must be below "

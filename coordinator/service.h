@@ -3,19 +3,8 @@
 // Coordinator::Tick — built from `coordinator.yaml` (ServiceConfig). `fullband coordinator`
 // runs one; tests start one on loopback.
 //
-//   listen: 127.0.0.1:7070           # gRPC address; port 0 picks a free port
-//   advertise: ""                    # address workers dial ("" = listen; this host's name
-//                                    #   when listening on every interface)
-//   store_dir: fullband-coordinator  # RocksDB (coordinator/FORMAT.md)
-//   jobs_dir: fullband-jobs          # logs: <jobs_dir>/<job>/attempt-<n>.out|.err
-//   tls_cert: "" / tls_key: ""       # PEM files (scripts/gen_certs.sh); empty = plaintext
-//   worker_tls_ca: ""                # the CA workers trust (FULLBAND_TLS_CA); needed with TLS
-//   worker_env: []                   # more variable names workers get from this environment
-//   tokens_file: ""                  # bearer tokens (coordinator/auth.h); empty = auth off
-//   metrics_listen: ""               # host:port of /metrics; empty = off
-//   heartbeat_interval_seconds: 10 / heartbeat_timeout_seconds: 60
-//   launch_timeout_seconds: 600 / tick_seconds: 0.5
-//   mpirun: mpirun / direct_single_process: false / kill_grace_seconds: 10
+// The keys of coordinator.yaml and their defaults: docs/COORDINATOR.md ("Running the coordinator"),
+// checked against ServiceConfig by tests/coordinator/grpc_server_test.cc.
 //
 // Errors are those of the parts' Start/Open, with the part named.
 #pragma once
@@ -30,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/visit_fields.h"
 #include "coordinator/auth.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
@@ -60,7 +50,31 @@ struct ServiceConfig {
   std::string mpirun = "mpirun";
   bool direct_single_process = false;
   double kill_grace_seconds = 10;
+
+  bool operator==(const ServiceConfig&) const = default;
 };
+
+// The keys of coordinator.yaml, in file order (common/visit_fields.h).
+template <FieldsOf<ServiceConfig> M, typename Visitor>
+void VisitFields(M& c, Visitor&& visit) {
+  visit("listen", c.listen);
+  visit("advertise", c.advertise);
+  visit("store_dir", c.store_dir);
+  visit("jobs_dir", c.jobs_dir);
+  visit("tls_cert", c.tls_cert);
+  visit("tls_key", c.tls_key);
+  visit("worker_tls_ca", c.worker_tls_ca);
+  visit("worker_env", c.worker_env);
+  visit("tokens_file", c.tokens_file);
+  visit("metrics_listen", c.metrics_listen);
+  visit("heartbeat_interval_seconds", c.heartbeat_interval_seconds);
+  visit("heartbeat_timeout_seconds", c.heartbeat_timeout_seconds);
+  visit("launch_timeout_seconds", c.launch_timeout_seconds);
+  visit("tick_seconds", c.tick_seconds);
+  visit("mpirun", c.mpirun);
+  visit("direct_single_process", c.direct_single_process);
+  visit("kill_grace_seconds", c.kill_grace_seconds);
+}
 
 // Parses coordinator.yaml; INVALID_ARGUMENT naming "<source>:<line>: <field>" for unknown
 // keys, wrong types and out-of-range values.

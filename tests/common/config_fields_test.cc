@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <typeinfo>
 #include <vector>
+
+#include "tests/common/doc_blocks.h"
 
 namespace fullband {
 namespace {
@@ -59,27 +59,6 @@ TEST(ConfigFields, EveryMemberOfEveryStructIsListed) {
 // The YAML blocks of the docs that show defaults: each follows a line holding kMarker.
 constexpr char kMarker[] = "<!-- config defaults: tests/common/config_fields_test.cc -->";
 
-std::vector<std::string> DefaultBlocks(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> blocks;
-  std::string line;
-  bool marked = false, inside = false;
-  while (std::getline(in, line)) {
-    if (inside) {
-      if (line == "```") {
-        inside = false;
-      } else {
-        blocks.back() += line + "\n";
-      }
-    } else if (marked && line == "```yaml") {
-      inside = true;
-      blocks.emplace_back();
-    }
-    marked = line.find(kMarker) != std::string::npos;
-  }
-  return blocks;
-}
-
 // Scalars compare as numbers where both are numbers (1.0e-5 is 1.0000000000000001e-05).
 bool SameValue(const YAML::Node& doc, const YAML::Node& code) {
   if (doc.Type() != code.Type()) return false;
@@ -107,7 +86,7 @@ TEST(ConfigFields, DocsShowEveryFieldWithItsDefault) {
   std::set<std::string> shown;
   for (const char* doc : {"docs/MODEL.md", "docs/TRAINING.md", "docs/COORDINATOR.md"}) {
     const std::string path = std::string(FULLBAND_SOURCE_DIR) + "/" + doc;
-    const std::vector<std::string> blocks = DefaultBlocks(path);
+    const std::vector<std::string> blocks = testing::MarkedYamlBlocks(path, kMarker);
     EXPECT_FALSE(blocks.empty()) << doc << " has no block marked " << kMarker;
     for (const std::string& block : blocks) {
       for (const auto& section : YAML::Load(block)) {

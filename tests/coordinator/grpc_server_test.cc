@@ -4,17 +4,20 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "coordinator/client.h"
 #include "coordinator/service.h"
 #include "proto/config_convert.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "tests/common/doc_blocks.h"
 #include "tests/coordinator/fakes.h"
 
 namespace fullband::coordinator {
@@ -551,18 +554,35 @@ TEST(ServiceConfig, BadInput_NamesFileLineAndKey) {
   const auto error = [](const char* yaml) {
     return ParseServiceConfig(yaml, "coordinator.yaml").status().message();
   };
-  EXPECT_EQ(error("listen: a\nlisen: b\n"), "coordinator.yaml:2: unknown key lisen");
-  EXPECT_EQ(error("tick_seconds: -1\n"),
-            "coordinator.yaml:1: tick_seconds: expected a number > 0, got '-1'");
+  EXPECT_EQ(error("listen: a\nlisen: b\n"), "coordinator.yaml:2: unknown field lisen");
+  EXPECT_EQ(error("tick_seconds: -1\n"), "coordinator.yaml: tick_seconds: -1 must be > 0");
+  EXPECT_EQ(error("tick_seconds: soon\n"),
+            "coordinator.yaml:1: tick_seconds: expected a number, got 'soon'");
   EXPECT_EQ(error("direct_single_process: yes\n"),
             "coordinator.yaml:1: direct_single_process: expected true or false, got 'yes'");
   EXPECT_EQ(error("store_dir: [a]\n"),
-            "coordinator.yaml:1: store_dir: expected a string, got 'a collection'");
+            "coordinator.yaml:1: store_dir: expected a string, got a list");
   EXPECT_NE(error("heartbeat_interval_seconds: 90\n").find("must be below"), std::string::npos);
   EXPECT_EQ(error("worker_env: PATH\n"),
             "coordinator.yaml:1: worker_env: expected a list of strings, got 'PATH'");
   EXPECT_EQ(LoadServiceConfig("/nonexistent/coordinator.yaml").status().code(),
             StatusCode::kNotFound);
+}
+
+// The coordinator.yaml block of docs/COORDINATOR.md shows every key with its default.
+TEST(ServiceConfig, DocsShowEveryKeyWithItsDefault) {
+  const std::vector<std::string> blocks = testing::MarkedYamlBlocks(
+      std::string(FULLBAND_SOURCE_DIR) + "/docs/COORDINATOR.md",
+      "<!-- coordinator.yaml defaults: tests/coordinator/grpc_server_test.cc -->");
+  ASSERT_EQ(blocks.size(), 1u);
+  StatusOr<ServiceConfig> shown = ParseServiceConfig(blocks[0], "docs/COORDINATOR.md");
+  ASSERT_TRUE(shown.ok()) << shown.status().ToString();
+  EXPECT_TRUE(*shown == ServiceConfig{}) << "a value shown is not the default:\n" << blocks[0];
+  const YAML::Node keys = YAML::Load(blocks[0]);
+  const ServiceConfig defaults;
+  VisitFields(defaults, [&](const char* key, const auto&) {
+    EXPECT_TRUE(keys[key]) << key << " is not shown in docs/COORDINATOR.md";
+  });
 }
 
 }  // namespace
