@@ -2,18 +2,15 @@
 #include "coordinator/metrics_http.h"
 
 #include <dirent.h>
+#include <httplib.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -37,40 +34,19 @@ bool IsLabelName(std::string_view name) {
          name.substr(0, 2) != "__";
 }
 
-std::string_view ReasonPhrase(int code) {
+// The body of an error response.
+std::string ErrorBody(int code) {
   switch (code) {
-    case 200:
-      return "OK";
     case 400:
-      return "Bad Request";
+      return "Bad Request\n";
     case 404:
-      return "Not Found";
+      return "not found: the metrics are at /metrics\n";
     case 405:
-      return "Method Not Allowed";
-    case 431:
-      return "Request Header Fields Too Large";
+      return "Method Not Allowed\n";
+    case 414:
+      return "URI Too Long\n";
   }
-  return "Error";
-}
-
-int64_t MonotonicMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Waits until `fd` is ready for `events` or `wake_fd` is signalled; false on stop, timeout or
-// error.
-bool WaitReady(int fd, short events, int wake_fd, int64_t deadline_ms) {
-  while (true) {
-    const int64_t left = deadline_ms - MonotonicMs();
-    if (left <= 0) return false;
-    pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-    const int n = poll(fds, 2, static_cast<int>(left));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || (fds[1].revents & POLLIN)) return false;
-    return true;
-  }
+  return "Error " + std::to_string(code) + "\n";
 }
 
 }  // namespace
@@ -193,218 +169,121 @@ void WriteProcessMetrics(PrometheusWriter& writer) {
   writer.Sample(threads);
 }
 
+// The library's line limits, which kMaxLineBytes states. These are the header's defaults; that
+// the shared library was built with them is what OverlongLines_Are414Or400
+// (tests/coordinator/metrics_http_test.cc) checks.
+static_assert(MetricsHttpServer::kMaxLineBytes == CPPHTTPLIB_REQUEST_URI_MAX_LENGTH &&
+              MetricsHttpServer::kMaxLineBytes == CPPHTTPLIB_HEADER_MAX_LENGTH);
+
 MetricsHttpServer::MetricsHttpServer(std::string host, int port,
                                      std::function<std::string()> render)
-    : host_(std::move(host)), port_(port), render_(std::move(render)) {}
+    : host_(std::move(host)), port_(port), render_(std::move(render)) {
+  // The codes this server answers with itself, so that their series exist from the start.
+  for (int code : {200, 400, 404, 405, 414}) responses_[code] = 0;
+}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
+std::unique_ptr<httplib::Server> MetricsHttpServer::MakeServer() {
+  using httplib::Request, httplib::Response;
+  auto server = std::make_unique<httplib::Server>();
+  server->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  // The library's default sets SO_REUSEPORT, with which a second server would share a port in
+  // use instead of failing to bind it.
+  server->set_socket_options([](int fd) {
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  });
+  server->set_keep_alive_max_count(1);  // every response closes its connection
+  // The wait for a request's first byte is counted in whole seconds.
+  server->set_keep_alive_timeout(std::max(1, (read_timeout_ms_ + 999) / 1000));
+  server->set_read_timeout(std::chrono::milliseconds(read_timeout_ms_));
+  server->set_write_timeout(std::chrono::milliseconds(read_timeout_ms_));
+  // The library parses more methods than GET and HEAD, and takes any request target.
+  server->set_pre_routing_handler([](const Request& req, Response& res) {
+    if (req.target.empty() || req.target[0] != '/') {
+      res.status = 400;
+    } else if (req.method != "GET" && req.method != "HEAD") {
+      res.status = 405;
+      res.set_header("Allow", "GET, HEAD");
+    } else {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server->Get("/metrics", [this](const Request&, Response& res) {
+    std::lock_guard lock(render_mu_);
+    res.set_content(render_(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server->set_error_handler([](const Request&, Response& res) {
+    res.set_content(ErrorBody(res.status), "text/plain; charset=utf-8");
+  });
+  // Called for every response written, whoever chose its code.
+  server->set_logger([this](const Request&, const Response& res) { CountResponse(res.status); });
+  return server;
+}
+
 Status MetricsHttpServer::Start() {
-  if (listen_fd_ >= 0) return FailedPreconditionError("metrics server already started");
+  if (server_ != nullptr) return FailedPreconditionError("metrics server already started");
   if (port_ < 0 || port_ > 65535) {
     return InvalidArgumentError("metrics port " + std::to_string(port_) + " is outside 0..65535");
   }
+  // The library fails alike for a host that does not resolve and a port in use; resolving first
+  // tells them apart.
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
-  addrinfo* result = nullptr;
-  const std::string port_text = std::to_string(port_);
-  const int rc =
-      getaddrinfo(host_.empty() ? nullptr : host_.c_str(), port_text.c_str(), &hints, &result);
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host_.empty() ? nullptr : host_.c_str(), "0", &hints, &found);
   if (rc != 0) {
     return InvalidArgumentError("metrics host '" + host_ +
                                 "' does not resolve: " + gai_strerror(rc));
   }
-  std::string bind_error = "no address";
-  for (addrinfo* ai = result; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0) {
-      listen_fd_ = fd;
-    } else {
-      bind_error = std::strerror(errno);
-      close(fd);
-    }
+  freeaddrinfo(found);
+
+  std::unique_ptr<httplib::Server> server = MakeServer();
+  // AI_PASSIVE: an empty host is every interface, not loopback.
+  const int bound = port_ == 0 ? server->bind_to_any_port(host_, AI_PASSIVE)
+                               : (server->bind_to_port(host_, port_, AI_PASSIVE) ? port_ : -1);
+  if (bound < 0) {
+    return UnavailableError("metrics server cannot listen on " + host_ + ":" +
+                            std::to_string(port_) +
+                            ": the port is in use or the address is not this machine's");
   }
-  freeaddrinfo(result);
-  if (listen_fd_ < 0) {
-    return UnavailableError("metrics server cannot listen on " + host_ + ":" + port_text + ": " +
-                            bind_error);
+  bound_port_ = bound;
+  server_ = std::move(server);
+  listen_returned_ = false;
+  thread_ = std::thread([this] {
+    if (!server_->listen_after_bind()) FB_LOG(ERROR) << "metrics server: accept failed";
+    listen_returned_ = true;
+  });
+  // The library's stop() does nothing before the accept loop has marked the server running;
+  // waiting for that here keeps a Stop right after Start from being missed.
+  while (!server_->is_running() && !listen_returned_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string error = std::strerror(errno);
-    close(listen_fd_);
-    listen_fd_ = -1;
-    return InternalError("metrics server getsockname: " + error);
-  }
-  bound_port_ = addr.ss_family == AF_INET6
-                    ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) {
-    const std::string error = std::strerror(errno);
-    close(listen_fd_);
-    listen_fd_ = -1;
-    return InternalError("metrics server eventfd: " + error);
-  }
-  thread_ = std::thread([this] { Serve(); });
   return OkStatus();
 }
 
 void MetricsHttpServer::Stop() {
   if (!thread_.joinable()) return;
-  const uint64_t one = 1;
-  if (write(wake_fd_, &one, sizeof(one)) != sizeof(one)) {
-    FB_LOG(ERROR) << "metrics server: cannot wake the serving thread: " << std::strerror(errno);
-  }
+  server_->stop();  // closes the listening socket; the pool finishes its connections, then ends
   thread_.join();
-  close(listen_fd_);
-  close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  server_.reset();
 }
 
-void MetricsHttpServer::Serve() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int n = poll(fds, 2, -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      FB_LOG(ERROR) << "metrics server poll: " << std::strerror(errno);
-      return;
-    }
-    if (fds[1].revents & POLLIN) return;
-    if (fds[0].revents & POLLIN) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;  // the client gave up, or a transient error (EMFILE, ...)
-      HandleConnection(fd);
-      close(fd);
-    }
-  }
-}
-
-void MetricsHttpServer::HandleConnection(int fd) {
-  const int64_t deadline = MonotonicMs() + read_timeout_ms_;
-  std::string request;
-  size_t head_end = std::string::npos;
-  char buffer[4096];
-  int code = 0;
-  while (head_end == std::string::npos) {
-    if (!WaitReady(fd, POLLIN, wake_fd_, deadline)) return;  // timeout or Stop: drop it
-    const ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got <= 0) return;  // closed before a complete head: nothing to answer
-    request.append(buffer, static_cast<size_t>(got));
-    head_end = request.find("\r\n\r\n");
-    if (head_end == std::string::npos) head_end = request.find("\n\n");
-    if ((head_end == std::string::npos ? request.size() : head_end) > kMaxRequestBytes) {
-      code = 431;
-      break;
-    }
-  }
-
-  bool head_only = false;
-  if (code == 0) {
-    // Request line: METHOD SP target SP HTTP/1.x; then header lines with a colon.
-    std::istringstream lines(request.substr(0, head_end));
-    std::string line;
-    std::getline(lines, line);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const size_t sp1 = line.find(' ');
-    const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-    const bool shape = sp1 != std::string::npos && sp2 != std::string::npos &&
-                       line.find(' ', sp2 + 1) == std::string::npos && sp1 > 0;
-    const std::string method = shape ? line.substr(0, sp1) : "";
-    std::string target = shape ? line.substr(sp1 + 1, sp2 - sp1 - 1) : "";
-    const std::string version = shape ? line.substr(sp2 + 1) : "";
-    bool ok = shape && !target.empty() && target[0] == '/' && version.rfind("HTTP/1.", 0) == 0 &&
-              version.size() == 8;
-    for (char c : method) ok = ok && c >= 'A' && c <= 'Z';
-    while (ok && std::getline(lines, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      ok = line.find(':') != std::string::npos && line.find(':') > 0;
-    }
-    target = target.substr(0, target.find('?'));
-    if (!ok) {
-      code = 400;
-    } else if (method != "GET" && method != "HEAD") {
-      code = 405;
-    } else if (target != "/metrics") {
-      code = 404;
-    } else {
-      code = 200;
-      head_only = method == "HEAD";
-    }
-  }
-
-  std::string body;
-  std::string content_type = "text/plain; charset=utf-8";
-  if (code == 200) {
-    body = render_();
-    content_type = "text/plain; version=0.0.4; charset=utf-8";
-  } else if (code == 404) {
-    body = "not found: the metrics are at /metrics\n";
-  } else {
-    body = std::string(ReasonPhrase(code)) + "\n";
-  }
-  std::string response = "HTTP/1.1 " + std::to_string(code) + " " +
-                         std::string(ReasonPhrase(code)) + "\r\nContent-Type: " + content_type +
-                         "\r\nContent-Length: " + std::to_string(body.size()) +
-                         "\r\nConnection: close\r\n";
-  if (code == 405) response += "Allow: GET, HEAD\r\n";
-  response += "\r\n";
-  if (!head_only) response += body;
-  switch (code) {
-    case 200:
-      responses_200_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case 400:
-      responses_400_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case 404:
-      responses_404_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    case 405:
-      responses_405_.fetch_add(1, std::memory_order_relaxed);
-      break;
-    default:
-      responses_431_.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  const int64_t write_deadline = MonotonicMs() + read_timeout_ms_;
-  size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitReady(fd, POLLOUT, wake_fd_, write_deadline)) return;
-    } else {
-      return;
-    }
-  }
-  // Read what the client still sends (briefly) so that closing does not reset the connection
-  // before it has read the response.
-  shutdown(fd, SHUT_WR);
-  const int64_t linger_deadline = MonotonicMs() + 200;
-  while (WaitReady(fd, POLLIN, wake_fd_, linger_deadline)) {
-    const ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
-    if (got <= 0 && !(got < 0 && errno == EINTR)) break;
-  }
+void MetricsHttpServer::CountResponse(int code) {
+  std::lock_guard lock(responses_mu_);
+  ++responses_[code];
 }
 
 void MetricsHttpServer::RenderMetrics(PrometheusWriter& writer) const {
   writer.Family("fullband_metrics_http_requests_total", MetricType::kCounter,
                 "Requests to the metrics HTTP server, by response status code.");
-  writer.Sample({{"code", "200"}}, static_cast<double>(responses_200_.load()));
-  writer.Sample({{"code", "400"}}, static_cast<double>(responses_400_.load()));
-  writer.Sample({{"code", "404"}}, static_cast<double>(responses_404_.load()));
-  writer.Sample({{"code", "405"}}, static_cast<double>(responses_405_.load()));
-  writer.Sample({{"code", "431"}}, static_cast<double>(responses_431_.load()));
+  std::lock_guard lock(responses_mu_);
+  for (const auto& [code, count] : responses_) {
+    writer.Sample({{"code", std::to_string(code)}}, static_cast<double>(count));
+  }
 }
 
 }  // namespace fullband::coordinator
