@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "common/visit_fields.h"
 
 namespace fullband {
 
@@ -31,6 +32,17 @@ struct StepAssignment {
   int64_t tokens = 0;  // B × T
   bool operator==(const StepAssignment&) const = default;
 };
+
+// Its fields, as proto::StepAssignment names them (common/visit_fields.h).
+template <FieldsOf<StepAssignment> M, typename Visitor>
+void VisitFields(M& a, Visitor&& visit) {
+  visit("step", a.step);
+  visit("passes", a.passes);
+  visit("sampler_cursor", a.sampler_cursor);
+  visit("sequences", a.sequences);
+  visit("seed", a.seed);
+  visit("tokens", a.tokens);
+}
 
 class StepPlan {
  public:

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "common/step_plan.h"
+#include "common/visit_fields.h"
 #include "coordinator/clock.h"
 #include "coordinator/launcher.h"
 #include "coordinator/store.h"
@@ -61,6 +62,23 @@ struct Ledger {
   std::vector<double> last_losses;  // per pass, of the last counted step
   bool operator==(const Ledger&) const = default;
 };
+
+// Its fields, as proto::Ledger names them (common/visit_fields.h).
+template <FieldsOf<Ledger> M, typename Visitor>
+void VisitFields(M& l, Visitor&& visit) {
+  visit("steps", l.steps);
+  visit("tokens", l.tokens);
+  visit("token_equivalents", l.token_equivalents);
+  visit("flops", l.flops);
+  visit("pass_histogram", l.pass_histogram);
+  visit("wall_seconds", l.wall_seconds);
+  visit("step_seconds", l.step_seconds);
+  visit("wasted_steps", l.wasted_steps);
+  visit("wasted_tokens", l.wasted_tokens);
+  visit("wasted_token_equivalents", l.wasted_token_equivalents);
+  visit("wasted_flops", l.wasted_flops);
+  visit("last_losses", l.last_losses);
+}
 
 struct JobSpec {
   std::string name;

@@ -1,6 +1,8 @@
 #include "coordinator/proto_convert.h"
 
+#include "common/check.h"
 #include "proto/config_convert.h"
+#include "proto/reflect_fields.h"
 
 namespace fullband::coordinator {
 
@@ -46,36 +48,13 @@ StatusOr<JobState> FromProto(proto::JobState state) {
   }
 }
 
-void ToProto(const Ledger& l, proto::Ledger* out) {
-  out->set_steps(l.steps);
-  out->set_tokens(l.tokens);
-  out->set_token_equivalents(l.token_equivalents);
-  out->set_flops(l.flops);
-  for (const auto& [passes, n] : l.pass_histogram) (*out->mutable_pass_histogram())[passes] = n;
-  out->set_wall_seconds(l.wall_seconds);
-  out->set_step_seconds(l.step_seconds);
-  out->set_wasted_steps(l.wasted_steps);
-  out->set_wasted_tokens(l.wasted_tokens);
-  out->set_wasted_token_equivalents(l.wasted_token_equivalents);
-  out->set_wasted_flops(l.wasted_flops);
-  for (double loss : l.last_losses) out->add_last_losses(loss);
-}
+void ToProto(const Ledger& ledger, proto::Ledger* out) { StructToProto(ledger, out); }
 
-Ledger FromProto(const proto::Ledger& p) {
-  Ledger l;
-  l.steps = p.steps();
-  l.tokens = p.tokens();
-  l.token_equivalents = p.token_equivalents();
-  l.flops = p.flops();
-  for (const auto& [passes, n] : p.pass_histogram()) l.pass_histogram[passes] = n;
-  l.wall_seconds = p.wall_seconds();
-  l.step_seconds = p.step_seconds();
-  l.wasted_steps = p.wasted_steps();
-  l.wasted_tokens = p.wasted_tokens();
-  l.wasted_token_equivalents = p.wasted_token_equivalents();
-  l.wasted_flops = p.wasted_flops();
-  l.last_losses.assign(p.last_losses().begin(), p.last_losses().end());
-  return l;
+Ledger FromProto(const proto::Ledger& message) {
+  Ledger ledger;
+  const Status read = ProtoToStruct(message, ledger);
+  FB_CHECK(read.ok()) << read.ToString();  // no enums, no required entries: cannot fail
+  return ledger;
 }
 
 void ToProto(const JobInfo& job, proto::Job* out) {

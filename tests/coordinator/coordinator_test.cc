@@ -10,9 +10,11 @@
 #include <fstream>
 #include <limits>
 
+#include "coordinator/proto_convert.h"
 #include "proto/coordinator_store.pb.h"
 #include "tests/common/fault_file_system.h"
 #include "tests/coordinator/fakes.h"
+#include "tests/proto/fill_every_field.h"
 
 namespace fullband::coordinator {
 namespace {
@@ -845,6 +847,14 @@ TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWa
   ASSERT_TRUE(coordinator_->RollBackCheckpoint(id, 7, 0, "", "step-2 corrupt").ok());
   EXPECT_EQ(LedgerOf(id).steps, 0);
   EXPECT_EQ(coordinator_->GetJob(id)->checkpoint_path, "");
+}
+
+TEST(ProtoConvert, Ledger_RoundTripPreservesEveryField) {
+  testing::ExpectEveryFieldRoundTrips<proto::Ledger>([](const proto::Ledger& every) {
+    proto::Ledger back;
+    ToProto(FromProto(every), &back);
+    return back;
+  });
 }
 
 }  // namespace
