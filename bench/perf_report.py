@@ -807,8 +807,8 @@ def machine_line(res):
     seconds = sum(run["seconds"] for run in res["runs"])
     return (f"{m['cpu']} (family {m['cpu_family']}, model {m['cpu_model']}; {isa}), "
             f"{m['cores']} cores, {m['memory_gib']} GiB{coretype}; compiler {m['compiler']}; "
-            f"commit {commit}; {m['date']}; load average {res['load_average_before']} before, "
-            f"{res['load_average_after']} after; {seconds:,.0f} s.")
+            f"commit {commit}; {m['date']}; 1-minute load average {res['load_average_before']} "
+            f"before, {res['load_average_after']} after; {seconds:,.0f} s.")
 
 
 def section(bench, res):
