@@ -4,7 +4,8 @@
 //  - GEMM GFLOP/s of the fullband CPU backend at 1024³/2048³/4096³ (and every transpose pair at
 //    2048³), next to OpenBLAS as this environment configures it (OPENBLAS_CORETYPE as set),
 //    OpenBLAS forced to its AVX-512 kernels (OPENBLAS_CORETYPE=SkylakeX, in a child process,
-//    since OpenBLAS reads the variable once at load), and oneDNN's sgemm called directly;
+//    since OpenBLAS reads the variable once at load; null on a CPU without AVX-512), and
+//    oneDNN's sgemm called directly;
 //  - the readout's long-K GEMM (dlogits · E on small) against oneDNN's sgemm, alternating;
 //  - causal GQA attention forward+backward GFLOP/s (useful causal FLOPs only) and its ratio to
 //    the backend's 2048³ GEMM rate;
@@ -64,6 +65,13 @@ int Reps(int64_t n, bool quick) {
 
 double GemmGflops(int64_t n, double seconds) { return 2.0 * n * n * n / seconds / 1e9; }
 
+// A rate as a JSON value: null when it was not measured (0).
+std::string JsonRate(double gflops) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", gflops);
+  return gflops > 0 ? buf : "null";
+}
+
 // The baseline child: OpenBLAS as loaded in this process.
 void RunOpenBlasGemms(const Options& opt, const std::vector<int64_t>& sizes, const char* label) {
   for (int64_t n : sizes) {
@@ -83,7 +91,8 @@ void RunOpenBlasGemms(const Options& opt, const std::vector<int64_t>& sizes, con
 }
 
 // Runs this program again as `--openblas-child` with OPENBLAS_CORETYPE = coretype (nullptr:
-// the environment's value untouched) and returns its output lines.
+// the environment's value untouched) and returns its output lines: none if the child failed
+// (OpenBLAS's AVX-512 kernels die of SIGILL on a CPU without AVX-512).
 std::string SpawnOpenBlasChild(const char* self, const Options& opt, const char* coretype,
                                const char* label) {
   std::vector<std::string> env_strings;
@@ -120,11 +129,17 @@ std::string SpawnOpenBlasChild(const char* self, const Options& opt, const char*
     while ((got = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, got);
     int status;
     waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "ops_bench: the OpenBLAS child %s failed (status %d); no %s rates\n",
+                   label, status, label);
+      out.clear();
+    }
   }
   close(fds[0]);
   return out;
 }
 
+// The GFLOP/s of size n in a child's lines; 0 if it printed none.
 double ParseGflops(const std::string& lines, int64_t n) {
   const std::string key = "\"m\": " + std::to_string(n) + ",";
   size_t start = 0;
@@ -205,10 +220,11 @@ void BenchGemm(Backend* be, const Options& opt, const char* self) {
     std::printf(
         "{\"bench\": \"gemm\", \"impl\": \"fullband\", \"m\": %ld, \"n\": %ld, \"k\": %ld, "
         "\"trans\": \"NN\", \"gflops\": %.1f, \"baseline_dnnl_gflops\": %.1f, "
-        "\"baseline_openblas_env_gflops\": %.1f, \"openblas_coretype_env\": \"%s\", "
-        "\"baseline_openblas_skylakex_gflops\": %.1f, \"best_baseline_gflops\": %.1f, "
+        "\"baseline_openblas_env_gflops\": %s, \"openblas_coretype_env\": \"%s\", "
+        "\"baseline_openblas_skylakex_gflops\": %s, \"best_baseline_gflops\": %.1f, "
         "\"ratio_to_best\": %.3f}\n",
-        n, n, n, fb, dnnl, ob_env, coretype ? coretype : "", ob_512, best, fb / best);
+        n, n, n, fb, dnnl, JsonRate(ob_env).c_str(), coretype ? coretype : "",
+        JsonRate(ob_512).c_str(), best, fb / best);
     std::fflush(stdout);
   }
   const int64_t n = opt.quick ? 512 : 2048;

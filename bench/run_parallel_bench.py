@@ -3,7 +3,8 @@
 (docs/PERF.md).
 
 For K = 1 and K = 3 on the `small` model of bench/train_step.cc (V = 100,352, D = 512, L = 8,
-H = 8, T = 512, global batch 4), trains --steps steps these ways, interleaved --rounds times:
+H = 8, T = 512, global batch 4; --model tiny: its `tiny`, for a quick check), trains --steps
+steps these ways, interleaved --rounds times:
   one: one rank with 2 threads (`fullband train`, the baseline),
   dp2, dp2_zero1: `mpirun -np 2 fullband train` with 1 thread per rank, ZeRO-1 off and on,
   tp2: `mpirun -np 2 fullband train` with parallel.tp 2, 1 thread per rank,
@@ -13,13 +14,19 @@ median fraction of the gradient bytes whose all-reduce completed before backward
 (hidden) and the median time waited for the reduction after backward. Then allreduce_bench's
 lines at 4 MiB (a bucket) and at the gradients' size.
 
-usage: bench/run_parallel_bench.py [--build build] [--steps 6] [--rounds 2]
+usage: bench/run_parallel_bench.py [--build build] [--model small|tiny] [--steps 6] [--rounds 2]
                                    [--layouts dp2,dp2_zero1,tp2] [--no-allreduce]
 """
 import argparse, json, os, random, re, statistics, struct, subprocess, sys, tempfile
 
-MODEL = ("{vocab_size: 100352, eod_id: 100351, d_model: 512, n_layers: 8, n_heads: 8, "
-         "n_kv_heads: 8, head_dim: 64, ffn_dim: 1408, max_seq_len: 1024, window: 0}")
+# --model: bench/train_step.cc's configs of the same names: (V, D, L, H, global batch, T).
+MODELS = {"small": (100352, 512, 8, 8, 4, 512), "tiny": (4096, 256, 4, 4, 8, 256)}
+
+
+def model_yaml(v, d, layers, heads):
+    return (f"{{vocab_size: {v}, eod_id: {v - 1}, d_model: {d}, n_layers: {layers}, "
+            f"n_heads: {heads}, n_kv_heads: {heads}, head_dim: {d // heads}, "
+            f"ffn_dim: {(8 * d // 3 + 63) // 64 * 64}, max_seq_len: 1024, window: 0}}")
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -28,11 +35,12 @@ LAYOUTS = {"one": (1, 1, 2, "false"), "dp2": (1, 2, 1, "false"), "dp2_zero1": (1
            "tp2": (2, 1, 1, "false")}
 
 
-def config(path, tokens, k, tp, dp, threads, steps, zero1):
+def config(path, model, tokens, k, tp, dp, threads, steps, zero1):
+    v, d, layers, heads, batch, seq = MODELS[model]
     with open(path, "w") as f:
-        f.write(f"""model: {MODEL}
+        f.write(f"""model: {model_yaml(v, d, layers, heads)}
 parallel: {{tp: {tp}, dp: {dp}, zero1: {zero1}}}
-data: {{path: {tokens}, batch_size: 4, seq_len: 512}}
+data: {{path: {tokens}, batch_size: {batch}, seq_len: {seq}}}
 optim: {{warmup_steps: 1}}
 schedule: {{steps: {steps}, phases: [{{until: 1.0, mix: {{{k}: 1.0}}}}]}}
 runtime: {{threads: {threads}, log_every: 1, peak_gflops: 1}}
@@ -50,6 +58,7 @@ def run(cmd, env):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
+    ap.add_argument("--model", choices=sorted(MODELS), default="small")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--layouts", default="dp2,dp2_zero1,tp2")
@@ -64,7 +73,8 @@ def main():
     tokens = os.path.join(tmp, "tokens.bin")
     rng = random.Random(0)  # random ids: throughput does not depend on the text
     with open(tokens, "wb") as f:
-        f.write(struct.pack("<%dI" % (1 << 20), *(rng.randrange(100351) for _ in range(1 << 20))))
+        eod = MODELS[a.model][0] - 1
+        f.write(struct.pack("<%dI" % (1 << 20), *(rng.randrange(eod) for _ in range(1 << 20))))
     grad_mb = None
     for k in (1, 3):
         tps = {name: [] for name in names}
@@ -73,7 +83,7 @@ def main():
             for name in names:
                 tp, dp, threads, zero1 = LAYOUTS[name]
                 c = os.path.join(tmp, name + ".yaml")
-                config(c, tokens, k, tp, dp, threads, a.steps, zero1)
+                config(c, a.model, tokens, k, tp, dp, threads, a.steps, zero1)
                 cmd = [fullband, "train", c, "--json"]
                 if tp * dp > 1:
                     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np",
@@ -86,7 +96,7 @@ def main():
                     exposed += [r["comm_exposed_s"] for r in rows]
                     hidden += [r["comm_hidden"] for r in rows]
         med = {name: statistics.median(v) for name, v in tps.items()}
-        line = {"bench": "parallel", "model": "small", "passes": k,
+        line = {"bench": "parallel", "model": a.model, "passes": k,
                 "one_rank_2_threads_tokens_per_s": med["one"]}
         for name in names[1:]:
             line[name + "_tokens_per_s"] = med[name]

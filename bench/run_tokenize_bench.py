@@ -6,7 +6,8 @@ The corpora are written by scripts/tokenizer_corpus.mjs: real English prose (the
 and reStructuredText with code (Debian's linux-doc-6.1 sources). The two implementations run
 alternately, --rounds times, each measuring the median of --reps encodes of every file; the
 summary quotes the median over rounds of each side's MB/s and their ratio per corpus, by wall
-clock and by CPU time (the latter is steadier when other work shares the cores).
+clock and by CPU time (the latter is steadier when other work shares the cores), as text and
+as JSON lines ({"summary": true, ...}) after the measurements' JSON lines.
 
 usage: run_tokenize_bench.py [--fullband-bench PATH] [--rounds 3] [--reps 5] [--json-out FILE]
 """
@@ -78,6 +79,8 @@ def main():
           f"ratio {loads['tiktoken-wasm'] / loads['fullband']:.2f}")
     summary.append({"load": True, "fullband_seconds": loads["fullband"],
                     "tiktoken_seconds": loads["tiktoken-wasm"]})
+    for s in summary:
+        print(json.dumps({"summary": True, "rounds": args.rounds, "reps": args.reps, **s}))
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(summary, f, indent=1)

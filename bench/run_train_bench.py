@@ -7,8 +7,8 @@ Rows: config tiny and small; K = 1, 2, 3 with recompute none; and on small also 
 for K = 1 and K = 3.  With --repeat R the whole matrix runs R rounds, one after another, and
 within a round each row runs torch and fullband back to back (which goes first alternates by
 round), so that a slow phase of the machine hits both sides of a ratio.  Prints every JSON line
-(with its round), then a summary in which every ratio is taken within a round and reported as
-the median over rounds [smallest-largest]:
+(with its round), then the summary, as JSON lines ({"summary": ...}) and as text, in which every
+ratio is taken within a round and reported as the median over rounds [smallest-largest]:
   - fullband tokens/s / torch tokens/s per row;
   - K-pass step time / (K x one-pass step time) per implementation and config;
   - recompute full / none: peak RSS and step time ratios per implementation.
@@ -147,66 +147,79 @@ def fmt(v, nd=2):
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def spread(values, nd=2):
-    """'median [min-max]' of per-round values ('-' if none; the median alone for one round)."""
+def over_rounds(values):
+    """{"median", "min", "max", "rounds"} of per-round values, or None if there are none."""
     if not values:
-        return "-"
-    med = f"{statistics.median(values):.{nd}f}"
-    if len(values) == 1:
-        return med
-    return f"{med} [{min(values):.{nd}f}-{max(values):.{nd}f}]"
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "rounds": len(values)}
 
 
-def summary(results, impls):
-    """Every ratio is taken within one round; each is reported over the rounds."""
+def summarize(results, impls):
+    """The summary as JSON records; every ratio is taken within one round, then over rounds."""
     rounds = sorted({r["round"] for r in results})
     get = {(r.get("impl"), r.get("config"), r.get("passes"), r.get("recompute"), r["round"]): r
            for r in results if "error" not in r}
 
-    def per_round(fn):  # fn(round) -> value or None, for every round where it has one
-        return [v for v in (fn(rd) for rd in rounds) if v is not None]
-
-    def median_of(impl, cfg, K, rc, key):
-        vs = per_round(lambda rd: get[(impl, cfg, K, rc, rd)][key]
-                       if (impl, cfg, K, rc, rd) in get else None)
+    def median_of(impl, row, key):
+        vs = [get[(impl,) + row + (rd,)][key] for rd in rounds if (impl,) + row + (rd,) in get]
         return statistics.median(vs) if vs else None
 
-    def ratio(num, den, key):  # per round: num[key] / den[key]
-        def f(rd):
-            top, bottom = get.get(num + (rd,)), get.get(den + (rd,))
-            return top[key] / bottom[key] if top and bottom else None
-        return per_round(f)
+    def ratio(num, den, key, scale=1.0):  # per round: num[key] / den[key] / scale
+        pairs = [(get.get(num + (rd,)), get.get(den + (rd,))) for rd in rounds]
+        return over_rounds([a[key] / b[key] / scale for a, b in pairs if a and b])
 
-    n = len(rounds)
-    print(f"\n== tokens/s per row (fullband / torch): median over {n} round(s) of each round's "
-          "ratio [min-max]; tokens/s and RSS are medians ==")
-    print(f"{'config':7s} {'K':>2s} {'recompute':9s} {'torch tok/s':>12s} {'fullband tok/s':>15s} "
-          f"{'ratio':>19s} {'torch RSS MiB':>14s} {'fullband RSS MiB':>17s}")
+    out = []
     row_keys = sorted({k[1:4] for k in get}, key=lambda x: (x[0] != "tiny", x[2] != "none", x[1]))
-    for (cfg, K, rc) in row_keys:
-        r = ratio(("fullband", cfg, K, rc), ("torch", cfg, K, rc), "tokens_per_s")
-        print(f"{cfg:7s} {K:2d} {rc:9s} "
-              f"{fmt(median_of('torch', cfg, K, rc, 'tokens_per_s'), 1):>12s} "
-              f"{fmt(median_of('fullband', cfg, K, rc, 'tokens_per_s'), 1):>15s} {spread(r):>19s} "
-              f"{fmt(median_of('torch', cfg, K, rc, 'peak_rss_mib'), 0):>14s} "
-              f"{fmt(median_of('fullband', cfg, K, rc, 'peak_rss_mib'), 0):>17s}")
-    print("\n== K-pass step time / (K x one-pass step time), per round: median [min-max] ==")
+    for row in row_keys:
+        rec = {"summary": "row", "config": row[0], "passes": row[1], "recompute": row[2],
+               "ratio": ratio(("fullband",) + row, ("torch",) + row, "tokens_per_s")}
+        for impl in ("torch", "fullband"):
+            for key in ("tokens_per_s", "peak_rss_mib", "mfu"):
+                rec[f"{impl}_{key}"] = median_of(impl, row, key)
+        out.append(rec)
     for impl in impls:
         for cfg in ("tiny", "small"):
-            parts = []
             for K in (2, 3):
-                r = ratio((impl, cfg, K, "none"), (impl, cfg, 1, "none"), "step_s_median")
+                r = ratio((impl, cfg, K, "none"), (impl, cfg, 1, "none"), "step_s_median", K)
                 if r:
-                    parts.append(f"K={K}: {spread([v / K for v in r], 3)}")
-            if parts:
-                print(f"{impl:9s} {cfg:6s} " + "  ".join(parts))
-    print("\n== recompute full / none (small), per round: median [min-max] ==")
-    for impl in impls:
+                    out.append({"summary": "k_pass", "impl": impl, "config": cfg, "passes": K,
+                                "step_over_k_one_pass_steps": r})
         for K in (1, 3):
             full, none = (impl, "small", K, "full"), (impl, "small", K, "none")
             rss, step = ratio(full, none, "peak_rss_mib"), ratio(full, none, "step_s_median")
             if rss and step:
-                print(f"{impl:9s} K={K}: peak RSS {spread(rss, 3)}  step time {spread(step, 3)}")
+                out.append({"summary": "recompute", "impl": impl, "config": "small", "passes": K,
+                            "full_over_none_peak_rss": rss, "full_over_none_step_s": step})
+    return out
+
+
+def spread(s, nd=2):
+    """'median [min-max]' of over_rounds() ('-' if None; the median alone for one round)."""
+    if s is None:
+        return "-"
+    med = f"{s['median']:.{nd}f}"
+    return med if s["rounds"] == 1 else f"{med} [{s['min']:.{nd}f}-{s['max']:.{nd}f}]"
+
+
+def print_summary(records, rounds):
+    print(f"\n== tokens/s per row (fullband / torch): median over {rounds} round(s) of each "
+          "round's ratio [min-max]; tokens/s and RSS are medians ==")
+    print(f"{'config':7s} {'K':>2s} {'recompute':9s} {'torch tok/s':>12s} {'fullband tok/s':>15s} "
+          f"{'ratio':>19s} {'torch RSS MiB':>14s} {'fullband RSS MiB':>17s}")
+    for r in (r for r in records if r["summary"] == "row"):
+        print(f"{r['config']:7s} {r['passes']:2d} {r['recompute']:9s} "
+              f"{fmt(r['torch_tokens_per_s'], 1):>12s} {fmt(r['fullband_tokens_per_s'], 1):>15s} "
+              f"{spread(r['ratio']):>19s} {fmt(r['torch_peak_rss_mib'], 0):>14s} "
+              f"{fmt(r['fullband_peak_rss_mib'], 0):>17s}")
+    print("\n== K-pass step time / (K x one-pass step time), per round: median [min-max] ==")
+    for r in (r for r in records if r["summary"] == "k_pass"):
+        print(f"{r['impl']:9s} {r['config']:6s} K={r['passes']}: "
+              f"{spread(r['step_over_k_one_pass_steps'], 3)}")
+    print("\n== recompute full / none (small), per round: median [min-max] ==")
+    for r in (r for r in records if r["summary"] == "recompute"):
+        print(f"{r['impl']:9s} K={r['passes']}: peak RSS {spread(r['full_over_none_peak_rss'], 3)}"
+              f"  step time {spread(r['full_over_none_step_s'], 3)}")
 
 
 def env_sweep(a):
@@ -302,7 +315,10 @@ def main(argv=None):
         with open(a.json_out, "w") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
-    summary(results, impls)
+    summary = summarize(results, impls)
+    for r in summary:
+        print(json.dumps(r), flush=True)
+    print_summary(summary, a.repeat)
     return 0 if all("error" not in r for r in results) else 1
 
 

@@ -4,10 +4,10 @@
 // 2 MB and marked MADV_HUGEPAGE, so that where transparent huge pages are enabled in `madvise`
 // mode (Debian's default) the kernel backs it with 2 MB pages: one page fault per 2 MB instead
 // of 512, and one TLB entry for lookups spread over 2 MB. On a virtual machine whose host
-// shadows the guest's page tables a 4 KB page's first touch costs 3 to 14 us (docs/PERF.md,
-// "Page faults"): a fresh 4 MB table then costs 3 to 14 ms to touch in small pages and
-// about 0.25 ms in huge ones. Smaller blocks come from the global operator new. Where huge
-// pages are unavailable the advice is ignored and the block is ordinary memory.
+// shadows the guest's page tables a 4 KB page's first touch is expensive, so a fresh table of a
+// few MB costs far more to touch in small pages than in huge ones (docs/PERF.md, "Page faults",
+// times both). Smaller blocks come from the global operator new. Where huge pages are
+// unavailable the advice is ignored and the block is ordinary memory.
 //
 // DefaultInit<A>: allocator A with resize() leaving new elements default-initialized (for
 // chars and ints: unwritten, so not even touched), for buffers that are filled before they

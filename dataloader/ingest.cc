@@ -155,10 +155,10 @@ StatusOr<std::string> HashFile(const Input& input) {
 // their text and id buffers, are reused, so a long ingest allocates (and page-faults) nothing
 // after its first chunks.
 //
-// Note [Ingest memory]: a page's first touch is costly on some virtual machines (3 to 14 us
-// per 4 KB page where the host shadows the guest's page tables; docs/PERF.md, "Page faults"),
-// and a short ingest touches all of its buffers for the first time: five chunks of text and
-// of ids, about 10 MB, were 2,500 faults (25 ms of a 0.3 s, 25 MB ingest). So a chunk's text
+// Note [Ingest memory]: a page's first touch is costly on some virtual machines (where the
+// host shadows the guest's page tables; docs/PERF.md, "Page faults"), and a short ingest
+// touches all of its buffers for the first time: five chunks of text and of ids, about 10 MB,
+// are 2,500 faults in 4 KB pages, a visible share of a 25 MB ingest. So a chunk's text
 // and its ids live in huge pages (common/allocators.h), allocated once per chunk and reused:
 // each encoder encodes a batch into its own reused buffer and copies the ids into the next
 // free range of the chunk's id_store, which has room for one id per two bytes of the text
@@ -485,10 +485,10 @@ class RecordSink {
         description_(std::move(description)),
         record_(options.seq_len + 1) {}
 
-  // Note [Opening a new store]: creating a store takes 10-20 ms of synced writes. A store that does
+  // Note [Opening a new store]: creating a store takes several synced writes. A store that does
   // not exist yet has no sources to skip and no tail to continue, so it is created on another
   // thread while the first chunks are read, encoded and packed; records packed before it is open
-  // wait in memory (a few MB: opening takes tens of ms while both cores encode). (A store another
+  // wait in memory (a few MB: opening is slower still while both cores encode). (A store another
   // process makes in between is found when it opens, and the ingest stops with an error rather than
   // pack onto a tail it did not start from.)
   Status Start() {

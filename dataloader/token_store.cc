@@ -60,7 +60,7 @@ int64_t IndexOfKey(std::string_view key) {
 size_t ValueBytes(int64_t seq_len) { return static_cast<size_t>(seq_len + 1) * 4 + 8; }
 
 // On x86 the library's dispatching entry point runs the widest XXH3 the CPU has (AVX2 or
-// AVX-512: ≈ 2× fewer instructions per record than the SSE2 default); the value is the same.
+// AVX-512, far fewer instructions per record than the SSE2 default); the value is the same.
 uint64_t Checksum(int64_t index, const char* ids, size_t bytes) {
 #if defined(__x86_64__)
   return XXH3_64bits_withSeed_dispatch(ids, bytes, static_cast<uint64_t>(index));
@@ -91,8 +91,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 // Note [Store tuning]: records are read one at a time in random order, far more often than
 // they are written. Tables are uncompressed with small blocks (about two records) and a hash
 // index inside each block; readers map the files and read blocks in place, without a block
-// cache (no copy, no cache bookkeeping). Against RocksDB's defaults (32 KB blocks, block
-// cache, block checksums verified on read) this read ≈ 1.5× faster in bench/reader_bench.
+// cache (no copy, no cache bookkeeping). bench/reader_bench read clearly faster with these
+// settings than with RocksDB's defaults (32 KB blocks, block cache, block checksums verified on
+// read).
 rocksdb::Options StoreOptions(bool reader) {
   rocksdb::Options options;
   options.compression = rocksdb::kNoCompression;
@@ -495,13 +496,13 @@ TokenStoreWriter::TokenStoreWriter(std::string path, rocksdb::DB* db,
     : path_(std::move(path)), db_(db), handles_(std::move(handles)) {}
 
 // Note [Table write-back]: a table must be on disk before it is added to the store, and the
-// sync that Finish does costs about 1.3 ms per MB written since the last one on a virtual disk
-// (measured: 25 MB, 28-36 ms, even with the file written back as it grew), all of it a stall
-// at commit. A thread syncs the file every kTableSyncBytes while records are still being
-// appended, so Finish only waits for the sync in progress, the bytes written since and the
-// writer's buffer (kTableBufferBytes, not yet in the file). It waits on the disk, not on a
-// core. Syncing every 4 MB with a 1 MB buffer, a 25 MB commit took 9.5 ms (median); every
-// 1 MB, 6.8 ms; with a 256 KB buffer too, 5.4 ms.
+// sync that Finish does takes time in proportion to the bytes written since the last one on a
+// virtual disk (even with the file written back as it grew), all of it a stall at commit. A
+// thread syncs the file every kTableSyncBytes while records are still being appended, so
+// Finish only waits for the sync in progress, the bytes written since and the writer's buffer
+// (kTableBufferBytes, not yet in the file). It waits on the disk, not on a core. Of the sizes
+// tried (syncs every 4 MB or 1 MB, buffers of 1 MB or 256 KB), the smallest of both gave the
+// shortest commit.
 constexpr size_t kTableBufferBytes = 256 << 10;
 
 class TokenStoreWriter::TableSync {

@@ -3,7 +3,7 @@
 // Parameters, gradients, optimizer moments and activations each live in one arena (llm.c):
 // memory is allocated once, first-touched once, and reused every step. On the CPU the
 // backend maps arenas with transparent huge pages and pre-faults them, because first-touch
-// page faults cost ~12 µs per 4 KiB page on these machines (docs/PERF.md).
+// faults of 4 KiB pages are expensive on virtual machines (docs/PERF.md, "Page faults").
 // Not thread-safe. The arena must outlive every view carved from it.
 #pragma once
 

@@ -8,9 +8,9 @@ namespace fullband::ops {
 // Note [Logits pitch]: the dE GEMM reads the chunk's dlogits down its columns. When the row
 // pitch is a multiple of a large power of two (V = 4,096: 16 KB; V = 100,352 = 2¹¹·49: 8 KB),
 // every row of a column block maps to the same few cache sets and the GEMM's packing thrashes:
-// oneDNN's dE GEMM for tiny (V = 4,096, 2,048 rows) ran at 59 GFLOP/s with pitch 4,096 and
-// 120–143 with 4,112 (Zen 3). The pitch is V rounded up to whole 64-byte lines, plus one line
-// when that makes an even number of lines.
+// oneDNN's dE GEMM for tiny (V = 4,096) ran about half as fast with pitch 4,096 as with 4,112.
+// The pitch is V rounded up to whole 64-byte lines, plus one line when that makes an even
+// number of lines.
 int64_t LogitsPitch(int64_t v) {
   constexpr int64_t kLine = 16;  // floats per 64-byte cache line
   int64_t lines = (v + kLine - 1) / kLine;

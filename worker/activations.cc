@@ -65,17 +65,16 @@ void CarveAttentionGrads(Carver& c, const ModelConfig& m, int64_t n, LayerActs& 
 //   readout's logits chunk and the feedback input stage (value, u) lie there too, as they are
 //   used only between layers. x[0] and x[L] are recomputed in backward into du and dxn.
 // Pass 1 carves no feedback tensors.
-// How much this saves: docs/PERF.md (training step).
+// How much this saves: docs/PERF.md, "Training step".
 
-// Note [Readout chunk]: the readout (ops/readout_loss.h) runs in chunks of rows whose logits
-// take at most kReadoutChunkFloats. Each chunk streams the whole (V, D) embedding through three
-// GEMMs and reads and writes all of dE, and a chunk's rows are the inner dimension of the dE
-// GEMM, so larger chunks are faster: on small (V = 100,352) one pass's readout took 6.35 s in
-// chunks of 64 rows, 5.64 s in 128 and 5.52 s in 256 (medians of 7 interleaved runs, Zen 3).
-// Under `full` the chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of
-// `none`. The budget gives small those 128 rows and tiny (V = 4,096) its whole batch. The chunk
-// depends on the model and batch only, the same in every recomputation mode, so that they stay
-// bit-identical (dE is summed chunk by chunk).
+// Note [Readout chunk]: the readout (ops/readout_loss.h) runs in chunks of rows whose logits take
+// at most kReadoutChunkFloats. Each chunk streams the whole (V, D) embedding through three GEMMs
+// and reads and writes all of dE, and a chunk's rows are the inner dimension of the dE GEMM, so
+// larger chunks are faster; on small (V = 100,352) the gain flattens out past 128 rows. Under
+// `full` the chunk adds to the peak memory: 128 rows of 100,352 keep small within 45% of `none`.
+// The budget gives small those 128 rows and tiny (V = 4,096) its whole batch. The chunk depends on
+// the model and batch only, the same in every recomputation mode, so that they stay bit-identical
+// (dE is summed chunk by chunk).
 constexpr int64_t kReadoutChunkFloats = int64_t{128} * 100352;
 
 int64_t ReadoutChunkRows(int64_t vocab_size, int64_t rows) {

@@ -46,9 +46,10 @@ void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                   int64_t ldc);
 
 // Whether the backend runs this product on `simd`'s long-K kernel (Note [Long-K GEMM] in
-// ops/cpu/simd_kernels.cc) rather than oneDNN. On two Zen 3 cores the kernel beat oneDNN by 1.3×
-// at 128 × 512 × 100,352 (k = 196·max(m, n)), matched it at 2048 × 512 × 1408, and lost by 7–15%
-// at 128 × 256 × 4096 (k = 16·max) and 2048 × 256 × 4096 (k = 2·max).
+// ops/cpu/simd_kernels.cc) rather than oneDNN: untransposed, and k at least 32·max(m, n). The
+// kernel beats oneDNN where k dwarfs m and n (the readout's dh GEMM on small, k = 196·max(m, n);
+// docs/PERF.md, "Op library"), matches it on square-ish shapes and loses to it where k is only
+// a few times max(m, n), hence the threshold.
 bool UsesLongKGemm(const SimdKernels& simd, bool trans_a, bool trans_b, int64_t m, int64_t n,
                    int64_t k);
 

@@ -333,14 +333,15 @@ void RopeRows(float* out, const float* x, const float* cos_table, const float* s
 // ---- GEMM with a long inner dimension
 
 // Note [Long-K GEMM]: the readout's dh = dlogits · E multiplies a chunk's rows (m = 128) by the
-// whole vocabulary (k = 100,352) into a small m × D result. oneDNN's sgemm ran this shape at
-// 85–118 GFLOP/s on two Zen 3 cores however it was posed, against 140–170 for the model's other
-// GEMMs. A plain blocked kernel does better: each thread owns a range of C's columns, copies a
-// kc × range panel of B into contiguous nr-wide strips (B's rows are D floats apart, so kc rows
-// of one strip would otherwise share a few L1 sets), and sweeps blocks of A's rows over each
-// strip with a 6 × nr register tile (12 accumulators, as in BLIS's Haswell kernel). A's rows
-// are read straight from the caller (one broadcast per row per k). Each C element is summed by
-// one thread in k order, kc terms at a time, whatever the thread count.
+// whole vocabulary (k = 100,352) into a small m × D result. oneDNN's sgemm ran this shape well
+// below its rate on the model's other GEMMs, however it was posed (transposed, split over k or over
+// n). A plain blocked kernel does better (docs/PERF.md, "Op library", times the two on this shape):
+// each thread owns a range of C's columns, copies a kc × range panel of B into contiguous nr-wide
+// strips (B's rows are D floats apart, so kc rows of one strip would otherwise share a few L1
+// sets), and sweeps blocks of A's rows over each strip with a 6 × nr register tile (12
+// accumulators, as in BLIS's Haswell kernel). A's rows are read straight from the caller (one
+// broadcast per row per k). Each C element is summed by one thread in k order, kc terms at a time,
+// whatever the thread count.
 constexpr int64_t kGemmNr = 2 * kLanes;
 constexpr int64_t kGemmKc = 256;
 constexpr int64_t kGemmMc = 132;  // rows of A per sweep over a strip: 22 tiles

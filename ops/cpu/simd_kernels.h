@@ -8,7 +8,7 @@
 // The vector type has the target's native width in each build. A single 16-lane type compiled
 // for every target (GCC target clones) was tried: GCC 12 lowers compares and selects on vectors
 // wider than the target lane by lane, and keeps such vectors on the stack, so the AVX2 build
-// of the cross-entropy ran 5.7× slower than this one.
+// of the cross-entropy ran several times slower than this one.
 //
 // Results are bitwise reproducible for one instruction set. Between instruction sets they
 // differ in the last bits: sums over vector lanes are added in a different order, and the
