@@ -1,19 +1,16 @@
+// `fullband backends` and `fullband config check`.
 #include "cli/commands.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "common/config.h"
 #include "ops/backend.h"
 
 namespace fullband::cli {
 namespace {
-
-bool HasFlag(const std::vector<std::string>& args, const char* flag) {
-  for (const auto& a : args) {
-    if (a == flag) return true;
-  }
-  return false;
-}
 
 // JSON string literal (config paths and error messages may hold quotes or backslashes).
 std::string Quote(const std::string& s) {
@@ -33,14 +30,7 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
-}  // namespace
-
-int RunBackends(const std::vector<std::string>& args) {
-  if (HasFlag(args, "--help")) {
-    std::printf("usage: fullband backends [--json]\n  Lists the compute backends usable here.\n");
-    return 0;
-  }
-  const bool json = HasFlag(args, "--json");
+int Backends(bool json) {
   if (json) std::printf("[");
   bool first = true;
   for (ops::Device device : {ops::Device::kCpu, ops::Device::kCuda}) {
@@ -63,16 +53,9 @@ int RunBackends(const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunConfig(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] != "check" || args.size() < 2) {
-    std::printf(
-        "usage: fullband config check FILE [--json]\n"
-        "  Loads and validates FILE; prints the full configuration with defaults filled in\n"
-        "  (YAML), or {\"ok\": ..., \"error\": ...} with --json.\n");
-    return args.empty() || args[0] != "--help" ? 2 : 0;
-  }
-  const bool json = HasFlag(args, "--json");
-  StatusOr<Config> config = LoadConfigFile(args[1]);
+// `config check FILE`: exit 2 when the file is not a valid configuration.
+int CheckConfig(const std::string& path, bool json) {
+  StatusOr<Config> config = LoadConfigFile(path);
   if (!config.ok()) {
     if (json) {
       std::printf("{\"ok\": false, \"error\": %s}\n", Quote(config.status().message()).c_str());
@@ -87,6 +70,31 @@ int RunConfig(const std::vector<std::string>& args) {
     std::fputs(ConfigToYaml(*config).c_str(), stdout);
   }
   return 0;
+}
+
+}  // namespace
+
+Command AddBackends(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "backends", "list the compute backends available here (CPU features, CUDA devices)");
+  auto json = std::make_shared<bool>(false);
+  app->add_flag("--json", *json, "one JSON array of {device, available, name or reason}");
+  return {app, [json] { return Backends(*json); }};
+}
+
+Command AddConfig(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand("config", "check a configuration file");
+  app->require_subcommand(1);
+  CLI::App* check = app->add_subcommand(
+      "check", "load and validate FILE; print the full configuration with defaults filled in");
+  struct Args {
+    std::string file;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  check->add_option("FILE", args->file, "a YAML configuration")->required();
+  check->add_flag("--json", args->json, "print {\"ok\": ..., \"config\" or \"error\": ...}");
+  return {app, [args] { return CheckConfig(args->file, args->json); }};
 }
 
 }  // namespace fullband::cli

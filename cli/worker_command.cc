@@ -6,13 +6,15 @@
 // Exit codes: 0 when the budget is spent or the coordinator ended the job; 1 on an error, after
 // rank 0 has reported it (ReportFailure) where it could, with the whole group aborted so that
 // no rank is left waiting for a dead peer.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "cli/step_log.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
@@ -24,18 +26,13 @@
 namespace fullband::cli {
 namespace {
 
-constexpr char kWorkerUsage[] =
-    "usage: fullband worker [--collective-timeout SECONDS] [--lease-timeout SECONDS] [--json]\n"
-    "                       [--failpoint NAME@STEP --failpoint-rank R]\n"
-    "  One rank of a job's worker group; the coordinator's launcher starts it under mpirun\n"
-    "  with FULLBAND_COORDINATOR, FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and\n"
-    "  FULLBAND_TLS_CA set. --collective-timeout (default 60): how long a rank waits for its\n"
-    "  peers in a collective before the group is aborted; --lease-timeout (default 600): how\n"
-    "  long the ranks wait for rank 0's next step (its retries of the coordinator included).\n"
-    "  Checkpoints go to checkpoint.dir, or FULLBAND_JOB_DIR/checkpoints when it is \"\".\n"
-    "  --failpoint (crash tests): rank R (default 0) of attempt 0 kills itself at NAME@STEP,\n"
-    "  checkpoint.after_shard (its shard written, before the manifest) or\n"
-    "  checkpoint.after_rename (rank 0: committed on disk, not yet reported).\n";
+struct WorkerArgs {
+  int64_t collective_timeout_s = 60;
+  int64_t lease_timeout_s = 600;
+  bool json = false;
+  std::string failpoint;  // NAME@STEP, "" = none
+  int64_t failpoint_rank = 0;
+};
 
 struct Registration {
   Config config;
@@ -82,12 +79,13 @@ StatusOr<Registration> Register(worker::Communicator& world, std::chrono::millis
 }
 
 // --failpoint NAME@STEP on rank --failpoint-rank of attempt 0 (a relaunch runs clean).
-Status ArmFailpoint(const Flags& flags, int rank) {
-  if (!flags.Has("failpoint")) return OkStatus();
-  FB_ASSIGN_OR_RETURN(const int64_t which, flags.GetInt("failpoint-rank", 0));
+Status ArmFailpoint(const WorkerArgs& args, int rank) {
+  if (args.failpoint.empty()) return OkStatus();
   const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-  if (which != rank || (attempt != nullptr && std::atoll(attempt) != 0)) return OkStatus();
-  return failpoint::Arm(flags.Get("failpoint", ""));
+  if (args.failpoint_rank != rank || (attempt != nullptr && std::atoll(attempt) != 0)) {
+    return OkStatus();
+  }
+  return failpoint::Arm(args.failpoint);
 }
 
 // Where the job's checkpoints go: checkpoint.dir, or the job's directory that the coordinator
@@ -127,16 +125,12 @@ StatusOr<std::optional<dataloader::SamplerCursor>> Resume(worker::Trainer& train
 }
 
 // Everything after MPI is up; returns how the run ended.
-StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& flags,
+StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArgs& args,
                                     std::unique_ptr<coordinator::WorkerClient>* client) {
-  FB_ASSIGN_OR_RETURN(const int64_t collective_s, flags.GetInt("collective-timeout", 60));
-  FB_ASSIGN_OR_RETURN(const int64_t lease_s, flags.GetInt("lease-timeout", 600));
-  if (collective_s < 1 || lease_s < 1) {
-    return InvalidArgumentError("--collective-timeout and --lease-timeout must be >= 1 second");
-  }
-  world.set_timeout(std::chrono::seconds(collective_s));
-  FB_RETURN_IF_ERROR(ArmFailpoint(flags, world.rank()));
-  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, std::chrono::seconds(lease_s), client));
+  const auto lease_timeout = std::chrono::seconds(args.lease_timeout_s);
+  world.set_timeout(std::chrono::seconds(args.collective_timeout_s));
+  FB_RETURN_IF_ERROR(ArmFailpoint(args, world.rank()));
+  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, lease_timeout, client));
   const Config& config = reg.config;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
                       worker::CreateRuntimeBackend(config.runtime));
@@ -156,31 +150,22 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
                  << ", " << data->description();
   }
-  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps,
-                                      std::chrono::seconds(lease_s));
-  const bool json = flags.Has("json");
+  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps, lease_timeout);
+  const bool json = args.json;
   const int64_t every = config.runtime.log_every;
   return trainer->Run(steps, *data, [&](const worker::StepRecord& r) {
     if (world.rank() == 0 && LogThisStep(r, every)) PrintStepRecord(r, json);
   });
 }
 
-}  // namespace
-
-int RunWorker(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags =
-      Flags::Parse(args, {"collective-timeout", "lease-timeout", "failpoint", "failpoint-rank"},
-                   {"json", "help"});
-  if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
-    return Usage(kWorkerUsage, flags, "worker");
-  }
+int RunWorker(const WorkerArgs& args) {
   StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
   if (!group.ok()) {
     std::fprintf(stderr, "fullband worker: %s\n", group.status().ToString().c_str());
     return 1;
   }
   std::unique_ptr<coordinator::WorkerClient> client;  // rank 0's, once registered
-  StatusOr<worker::TrainSummary> summary = Work(*group->world, *flags, &client);
+  StatusOr<worker::TrainSummary> summary = Work(*group->world, args, &client);
   if (!summary.ok()) {
     const int rank = group->world->rank();
     std::fprintf(stderr, "fullband worker: rank %d: %s\n", rank,
@@ -198,9 +183,44 @@ int RunWorker(const std::vector<std::string>& args) {
     if (!summary->stop_reason.empty()) {
       std::printf("stopping: %s\n", summary->stop_reason.c_str());
     }
-    PrintSummary(*summary, flags->Has("json"));
+    PrintSummary(*summary, args.json);
   }
   return 0;
+}
+
+}  // namespace
+
+Command AddWorker(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "worker", "one rank of a coordinated job's worker group (started by the coordinator)");
+  app->footer(
+      "The coordinator's launcher starts it under mpirun with FULLBAND_COORDINATOR,\n"
+      "FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and FULLBAND_TLS_CA set\n"
+      "(docs/PARALLEL.md). Checkpoints go to checkpoint.dir, or FULLBAND_JOB_DIR/checkpoints\n"
+      "when it is \"\". Failpoints: checkpoint.after_shard (its shard written, before the\n"
+      "manifest), checkpoint.after_rename (rank 0: committed on disk, not yet reported).");
+  auto args = std::make_shared<WorkerArgs>();
+  app->add_option("--collective-timeout", args->collective_timeout_s,
+                  "how long a rank waits for its peers in a collective before the group is "
+                  "aborted")
+      ->type_name("SECONDS")
+      ->transform(IntIn(1))
+      ->capture_default_str();
+  app->add_option("--lease-timeout", args->lease_timeout_s,
+                  "how long the ranks wait for rank 0's next step (its retries of the "
+                  "coordinator included)")
+      ->type_name("SECONDS")
+      ->transform(IntIn(1))
+      ->capture_default_str();
+  app->add_flag("--json", args->json, "one JSON object per logged step and one for the summary");
+  app->add_option("--failpoint", args->failpoint,
+                  "crash tests: rank --failpoint-rank of attempt 0 kills itself at NAME@STEP")
+      ->type_name("NAME@STEP");
+  app->add_option("--failpoint-rank", args->failpoint_rank, "the rank --failpoint kills")
+      ->type_name("R")
+      ->transform(IntIn(0))
+      ->capture_default_str();
+  return {app, [args] { return RunWorker(*args); }};
 }
 
 }  // namespace fullband::cli
