@@ -5,11 +5,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/sharded.h"
 #include "cli/commands.h"
+#include "cli/json_line.h"
 #include "common/config.h"
 #include "common/file_util.h"
 
@@ -20,7 +20,7 @@ using Json = nlohmann::json;
 
 int Fail(const Status& s, bool json) {
   if (json) {
-    std::printf("%s\n", Json{{"ok", false}, {"error", s.ToString()}}.dump().c_str());
+    PrintJsonLine(Json{{"ok", false}, {"error", s.ToString()}});
   } else {
     std::fprintf(stderr, "fullband ckpt: %s\n", s.ToString().c_str());
   }
@@ -45,7 +45,7 @@ int List(const std::string& dir, bool json) {
       }
       out.push_back(std::move(j));
     }
-    std::printf("%s\n", out.dump().c_str());
+    PrintJsonLine(out);
     return 0;
   }
   std::printf("%10s  %-9s  %-16s  %10s  %s\n", "step", "state", "layout", "MiB", "path");
@@ -69,13 +69,11 @@ int Verify(const std::string& path, bool json) {
   uint64_t bytes = 0;
   for (const checkpoint::ShardFile& f : m.files) bytes += f.bytes;
   if (json) {
-    std::printf("%s\n", Json{{"ok", true},
-                             {"step", m.state.step},
-                             {"files", m.files.size()},
-                             {"bytes", bytes},
-                             {"tensors", m.tensors.size()}}
-                            .dump()
-                            .c_str());
+    PrintJsonLine(Json{{"ok", true},
+                       {"step", m.state.step},
+                       {"files", m.files.size()},
+                       {"bytes", bytes},
+                       {"tensors", m.tensors.size()}});
   } else {
     std::printf("ok: %s — step %lld, %zu file(s), %zu tensors, %.1f MiB, every hash matches\n",
                 path.c_str(), static_cast<long long>(m.state.step), m.files.size(),
@@ -140,8 +138,7 @@ int ExportCommand(const CkptArgs& args) {
   const Status s = Export(args.path, args.out, config_out);
   if (!s.ok()) return Fail(s, args.json);
   if (args.json) {
-    std::printf("%s\n",
-                Json{{"ok", true}, {"out", args.out}, {"config", config_out}}.dump().c_str());
+    PrintJsonLine(Json{{"ok", true}, {"out", args.out}, {"config", config_out}});
   } else {
     std::printf("wrote %s and %s\n", args.out.c_str(), config_out.c_str());
   }

@@ -6,33 +6,15 @@
 #include <memory>
 #include <string>
 
+#include "cli/json_line.h"
 #include "common/config.h"
 #include "ops/backend.h"
 
 namespace fullband::cli {
 namespace {
 
-// JSON string literal (config paths and error messages may hold quotes or backslashes).
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 int Backends(bool json) {
-  if (json) std::printf("[");
-  bool first = true;
+  OrderedJson all = OrderedJson::array();
   for (ops::Device device : {ops::Device::kCpu, ops::Device::kCuda}) {
     ops::BackendOptions options;
     options.device = device;
@@ -40,16 +22,15 @@ int Backends(bool json) {
     // The backend's name when it works, else why it does not.
     const std::string text = backend.ok() ? (*backend)->name() : backend.status().message();
     if (json) {
-      std::printf("%s{\"device\": %s, \"available\": %s, \"%s\": %s}", first ? "" : ", ",
-                  Quote(ops::DeviceName(device)).c_str(), backend.ok() ? "true" : "false",
-                  backend.ok() ? "name" : "reason", Quote(text).c_str());
+      all.push_back({{"device", ops::DeviceName(device)},
+                     {"available", backend.ok()},
+                     {backend.ok() ? "name" : "reason", text}});
     } else {
       std::printf("%-5s %-11s %s\n", ops::DeviceName(device),
                   backend.ok() ? "available" : "unavailable", text.c_str());
     }
-    first = false;
   }
-  if (json) std::printf("]\n");
+  if (json) PrintJsonLine(all);
   return 0;
 }
 
@@ -58,14 +39,14 @@ int CheckConfig(const std::string& path, bool json) {
   StatusOr<Config> config = LoadConfigFile(path);
   if (!config.ok()) {
     if (json) {
-      std::printf("{\"ok\": false, \"error\": %s}\n", Quote(config.status().message()).c_str());
+      PrintJsonLine(OrderedJson{{"ok", false}, {"error", config.status().message()}});
     } else {
       std::fprintf(stderr, "fullband config: %s\n", config.status().message().c_str());
     }
     return 2;
   }
   if (json) {
-    std::printf("{\"ok\": true, \"config\": %s}\n", Quote(ConfigToYaml(*config)).c_str());
+    PrintJsonLine(OrderedJson{{"ok", true}, {"config", ConfigToYaml(*config)}});
   } else {
     std::fputs(ConfigToYaml(*config).c_str(), stdout);
   }

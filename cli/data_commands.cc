@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_line.h"
 #include "cli/options.h"
 #include "dataloader/ingest.h"
 #include "dataloader/token_store.h"
@@ -77,7 +77,7 @@ int Ingest(const IngestArgs& args) {
                         {"tail_tokens", r->tail_tokens},
                         {"seconds", t.seconds},
                         {"mb_per_s", mbps}};
-    std::printf("%s\n", j.dump().c_str());
+    PrintJsonLine(j);
   } else {
     std::printf(
         "ingest: %ld source(s) added, %ld already in the store; %ld documents, %ld tokens from "
@@ -101,7 +101,7 @@ int Data(const std::string& path, bool verify, bool json) {
       j["disk_bytes"] = (*store)->disk_bytes();
       j["unfinished_ingest"] = (*store)->unfinished_ingest();
       j["tail"] = m.tail.size();  // the count, not the ids
-      std::printf("%s\n", j.dump().c_str());
+      PrintJsonLine(j);
       return 0;
     }
     std::printf("store      %s\n", path.c_str());
@@ -141,7 +141,7 @@ int Data(const std::string& path, bool verify, bool json) {
                         {"extra_records", report->extra_records},
                         {"problems", report->problems},
                         {"unfinished_ingest", (*store)->unfinished_ingest()}};
-    std::printf("%s\n", j.dump().c_str());
+    PrintJsonLine(j);
   } else {
     for (const std::string& p : report->problems) std::printf("bad: %s\n", p.c_str());
     if (report->bad_records > static_cast<int64_t>(report->problems.size())) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/json_line.h"
 #include "cli/options.h"
 #include "dataloader/tokenizer.h"
 
@@ -83,14 +84,17 @@ Status Tokenize(const TokenizeArgs& args) {
   std::vector<uint32_t> ids;
   dataloader::Tokenizer::EncodeStats stats;
   tokenizer.Encode(input, args.allow_special, &ids, &stats);
-  std::string out = args.json ? "{\"ids\": [" : "";
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0) out += args.json ? ", " : " ";
-    out += std::to_string(ids[i]);
+  if (args.json) {
+    PrintJsonLine(OrderedJson{{"ids", ids}, {"replaced", stats.replaced}});
+  } else {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  if (args.json) out += "], \"replaced\": " + std::to_string(stats.replaced) + "}";
-  out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
   if (!args.json && stats.replaced > 0) {
     std::fprintf(stderr, "fullband tokenize: replaced %ld ill-formed UTF-8 sequences by U+FFFD\n",
                  static_cast<long>(stats.replaced));
