@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
+#include "common/logging.h"
 
 namespace fullband::cli {
 namespace {
@@ -34,6 +36,16 @@ int Main(int argc, char** argv) {
   // A flag given twice takes its last value; flags that collect every value say so.
   fullband.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   fullband.require_subcommand(1);
+  // The subcommands hand the flags they do not have, such as --log-level, to fullband.
+  fullband.fallthrough();
+  LogLevel log_level = LogLevel::kInfo;
+  std::vector<std::pair<std::string, int64_t>> levels;
+  for (LogLevel level : kLogLevels) {
+    levels.emplace_back(LogLevelName(level), static_cast<int>(level));
+  }
+  OneOf(fullband.add_option("--log-level", log_level, "the least severe messages logged"), levels)
+      ->envname("FULLBAND_LOG_LEVEL")
+      ->default_str(LogLevelName(log_level));
   std::vector<Command> commands;
   for (const auto add : kCommands) commands.push_back(add(fullband));
   // Set after the subcommands, which would inherit it.
@@ -61,6 +73,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s (%s --help)\n", path.c_str(), e.what(), path.c_str());
     return 2;
   }
+  SetLogThreshold(log_level);
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run();
   }
