@@ -5,10 +5,10 @@
 // broadcasts the registration and every step to the group; every rank trains; rank 0 reports.
 // Exit codes: 0 when the budget is spent or the coordinator ended the job; 1 on an error, after
 // rank 0 has reported it (ReportFailure) where it could, with the whole group aborted so that
-// no rank is left waiting for a dead peer.
+// no rank is left waiting for a dead peer; 2 on bad usage (a flag, or a variable the launcher
+// sets, that does not parse), before anything starts.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +27,11 @@ namespace fullband::cli {
 namespace {
 
 struct WorkerArgs {
+  // From the launcher, through the environment (AddWorker).
+  coordinator::ClientOptions client;
+  std::string job_id;
+  int64_t attempt = 0;
+  std::string job_dir;
   int64_t collective_timeout_s = 60;
   int64_t lease_timeout_s = 600;
   bool json = false;
@@ -41,25 +46,24 @@ struct Registration {
   std::string checkpoint_path;
 };
 
-// Rank 0 registers with the coordinator named by the environment.
-StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(int world_size) {
-  const char* job = std::getenv("FULLBAND_JOB_ID");
-  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-  if (job == nullptr) {
+// Rank 0 registers with the coordinator the launcher named.
+StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(const WorkerArgs& args,
+                                                                   int world_size) {
+  if (args.job_id.empty()) {
     return InvalidArgumentError(
         "FULLBAND_JOB_ID is not set: `fullband worker` is started by the coordinator's launcher");
   }
-  return coordinator::WorkerClient::Register(coordinator::ClientOptions::FromEnvironment(), job,
-                                             attempt ? std::atoll(attempt) : 0, world_size);
+  return coordinator::WorkerClient::Register(args.client, args.job_id, args.attempt, world_size);
 }
 
 // Rank 0 registers; the registration (or its error) reaches every rank.
 // `timeout` covers rank 0's retries of the coordinator.
-StatusOr<Registration> Register(worker::Communicator& world, std::chrono::milliseconds timeout,
+StatusOr<Registration> Register(worker::Communicator& world, const WorkerArgs& args,
+                                std::chrono::milliseconds timeout,
                                 std::unique_ptr<coordinator::WorkerClient>* client) {
   StatusOr<std::string> mine = std::string();
   if (world.rank() == 0) {
-    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c = RegisterRank0(world.size());
+    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c = RegisterRank0(args, world.size());
     if (c.ok()) {
       *client = std::move(*c);
       mine = (*client)->registration().SerializeAsString();
@@ -80,9 +84,7 @@ StatusOr<Registration> Register(worker::Communicator& world, std::chrono::millis
 
 // --failpoint NAME@STEP on rank --failpoint-rank of attempt 0 (a relaunch runs clean).
 Status ArmFailpoint(const WorkerArgs& args, int rank) {
-  if (args.failpoint.empty()) return OkStatus();
-  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-  if (args.failpoint_rank != rank || (attempt != nullptr && std::atoll(attempt) != 0)) {
+  if (args.failpoint.empty() || args.failpoint_rank != rank || args.attempt != 0) {
     return OkStatus();
   }
   return failpoint::Arm(args.failpoint);
@@ -90,10 +92,9 @@ Status ArmFailpoint(const WorkerArgs& args, int rank) {
 
 // Where the job's checkpoints go: checkpoint.dir, or the job's directory that the coordinator
 // names in FULLBAND_JOB_DIR.
-std::string CheckpointRoot(const Config& config) {
+std::string CheckpointRoot(const Config& config, const std::string& job_dir) {
   if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
-  const char* job_dir = std::getenv("FULLBAND_JOB_DIR");
-  if (job_dir != nullptr && job_dir[0] != '\0') return std::string(job_dir) + "/checkpoints";
+  if (!job_dir.empty()) return job_dir + "/checkpoints";
   FB_LOG(WARNING) << "neither checkpoint.dir nor FULLBAND_JOB_DIR is set: this job saves no "
                      "checkpoints and restarts from step 0";
   return "";
@@ -130,13 +131,13 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArg
   const auto lease_timeout = std::chrono::seconds(args.lease_timeout_s);
   world.set_timeout(std::chrono::seconds(args.collective_timeout_s));
   FB_RETURN_IF_ERROR(ArmFailpoint(args, world.rank()));
-  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, lease_timeout, client));
+  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, args, lease_timeout, client));
   const Config& config = reg.config;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
                       worker::CreateRuntimeBackend(config.runtime));
   FB_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::Trainer> trainer,
-      worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config)));
+      worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config, args.job_dir)));
   const worker::Layout& layout = trainer->layout();
   std::optional<dataloader::SamplerCursor> cursor;
   if (reg.resume_step != 0) {
@@ -194,12 +195,24 @@ Command AddWorker(CLI::App& fullband) {
   CLI::App* app = fullband.add_subcommand(
       "worker", "one rank of a coordinated job's worker group (started by the coordinator)");
   app->footer(
-      "The coordinator's launcher starts it under mpirun with FULLBAND_COORDINATOR,\n"
-      "FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and FULLBAND_TLS_CA set\n"
-      "(docs/PARALLEL.md). Checkpoints go to checkpoint.dir, or FULLBAND_JOB_DIR/checkpoints\n"
-      "when it is \"\". Failpoints: checkpoint.after_shard (its shard written, before the\n"
-      "manifest), checkpoint.after_rename (rank 0: committed on disk, not yet reported).");
+      "The coordinator's launcher starts it under mpirun and sets the environment variables of\n"
+      "the launcher's options (docs/PARALLEL.md). Checkpoints go to checkpoint.dir, or to\n"
+      "--job-dir/checkpoints when it is \"\". Failpoints: checkpoint.after_shard (its shard\n"
+      "written, before the manifest), checkpoint.after_rename (rank 0: committed on disk, not\n"
+      "yet reported).");
   auto args = std::make_shared<WorkerArgs>();
+  app->option_defaults()->group("The launcher's options");
+  AddClientOptions(*app, &args->client, "FULLBAND_WORKER_TOKEN");
+  app->add_option("--job-id", args->job_id, "the job this group runs")->envname("FULLBAND_JOB_ID");
+  app->add_option("--attempt", args->attempt, "the job's attempt this group is")
+      ->type_name("N")
+      ->transform(IntIn(0))
+      ->envname("FULLBAND_ATTEMPT")
+      ->capture_default_str();
+  app->add_option("--job-dir", args->job_dir, "the job's directory")
+      ->type_name("DIR")
+      ->envname("FULLBAND_JOB_DIR");
+  app->option_defaults()->group("Options");
   app->add_option("--collective-timeout", args->collective_timeout_s,
                   "how long a rank waits for its peers in a collective before the group is "
                   "aborted")
