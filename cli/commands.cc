@@ -7,16 +7,16 @@
 #include <string>
 
 #include "cli/json_line.h"
+#include "cli/options.h"
 #include "common/config.h"
 #include "ops/backend.h"
 
 namespace fullband::cli {
 namespace {
 
-int Backends(bool json) {
+int Backends(ops::BackendOptions options, bool json) {
   OrderedJson all = OrderedJson::array();
   for (ops::Device device : {ops::Device::kCpu, ops::Device::kCuda}) {
-    ops::BackendOptions options;
     options.device = device;
     auto backend = ops::CreateBackend(options);
     // The backend's name when it works, else why it does not.
@@ -58,9 +58,14 @@ int CheckConfig(const std::string& path, bool json) {
 Command AddBackends(CLI::App& fullband) {
   CLI::App* app = fullband.add_subcommand(
       "backends", "list the compute backends available here (CPU features, CUDA devices)");
-  auto json = std::make_shared<bool>(false);
-  app->add_flag("--json", *json, "one JSON array of {device, available, name or reason}");
-  return {app, [json] { return Backends(*json); }};
+  struct Args {
+    ops::BackendOptions backend;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  app->add_flag("--json", args->json, "one JSON array of {device, available, name or reason}");
+  AddBackendOptions(*app, &args->backend);
+  return {app, [args] { return Backends(args->backend, args->json); }};
 }
 
 Command AddConfig(CLI::App& fullband) {

@@ -21,6 +21,7 @@ namespace {
 struct InitArgs {
   std::string config, out;
   int64_t seed = 0;
+  ops::BackendOptions backend;  // CPU; the kernels' instruction set
 };
 
 struct GradArgs {
@@ -29,6 +30,7 @@ struct GradArgs {
   std::optional<double> jitter;      // else the config's
   std::optional<bool> prefix_mixin;  // --mixin on|off, else the config's
   std::string recompute = "none";
+  ops::BackendOptions backend;  // CPU; the kernels' instruction set
 };
 
 int Fail(const Status& s) {
@@ -38,7 +40,7 @@ int Fail(const Status& s) {
 
 Status Init(const InitArgs& args) {
   FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(args.config));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend({}));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model,
                       worker::Model::Create(config.model, {}, backend.get()));
   model->InitParameters(static_cast<uint64_t>(args.seed));
@@ -66,7 +68,7 @@ Status Grad(const GradArgs& args) {
   std::vector<int32_t> ids(b * (t + 1));
   std::memcpy(ids.data(), batch.data(*tokens), tokens->bytes);
 
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend({}));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
   worker::ModelShape shape;
   shape.max_batch = b;
   shape.max_seq = t;
@@ -117,6 +119,7 @@ Command AddModel(CLI::App& fullband) {
       ->type_name("S")
       ->transform(IntIn(INT64_MIN))
       ->capture_default_str();
+  AddBackendOptions(*init, &i->backend);
   init->add_option("--out", i->out, "weights to write")->type_name("W.safetensors")->required();
 
   CLI::App* grad = app->add_subcommand("grad", "one K-pass step; write its losses and gradients");
@@ -150,6 +153,7 @@ Command AddModel(CLI::App& fullband) {
   grad->add_option("--recompute", g->recompute, "activation recomputation")
       ->type_name("none|selective|full")
       ->capture_default_str();
+  AddBackendOptions(*grad, &g->backend);
   grad->add_option("--out", g->out, "gradients to write")->type_name("G.safetensors")->required();
 
   return {app, [init, i, g] {

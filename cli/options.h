@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coordinator/client.h"
+#include "ops/backend.h"
 
 namespace fullband::cli {
 
@@ -26,6 +27,9 @@ CLI::Validator FiniteNumber();
 // the enum or bool the option sets), and lists the names as its type in --help.
 CLI::Option* OneOf(CLI::Option* option,
                    const std::vector<std::pair<std::string, int64_t>>& choices);
+
+// --cpu-isa (FULLBAND_CPU_ISA) and --cuda-plugin (FULLBAND_CUDA_PLUGIN), into *options.
+void AddBackendOptions(CLI::App& app, ops::BackendOptions* options);
 
 // --address (FULLBAND_COORDINATOR), --token (the variable `token_env`) and --tls-ca
 // (FULLBAND_TLS_CA), into *options.

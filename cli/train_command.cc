@@ -22,6 +22,7 @@ struct TrainArgs {
   std::optional<int64_t> steps;  // else schedule.steps
   std::string resume;
   bool json = false;
+  ops::BackendOptions backend;  // device and threads: the config's runtime
 };
 
 int Train(const TrainArgs& args) {
@@ -43,7 +44,7 @@ int Train(const TrainArgs& args) {
       [&](const worker::StepRecord& r) {
         if (leader && LogThisStep(r, every)) PrintStepRecord(r, args.json);
       },
-      args.resume);
+      args.resume, args.backend);
   if (!summary.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", summary.status().ToString().c_str());
     if (group->mpi != nullptr) worker::MpiSession::Abort(1);  // the other ranks may be waiting
@@ -78,6 +79,7 @@ Command AddTrain(CLI::App& fullband) {
                   "uninterrupted run would have gone on")
       ->type_name("DIR");
   app->add_flag("--json", args->json, "one JSON object per logged step and one for the summary");
+  AddBackendOptions(*app, &args->backend);
   return {app, [args] { return Train(*args); }};
 }
 

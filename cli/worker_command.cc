@@ -37,6 +37,7 @@ struct WorkerArgs {
   bool json = false;
   std::string failpoint;  // NAME@STEP, "" = none
   int64_t failpoint_rank = 0;
+  ops::BackendOptions backend;  // device and threads: the job's runtime
 };
 
 struct Registration {
@@ -134,7 +135,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArg
   FB_ASSIGN_OR_RETURN(Registration reg, Register(world, args, lease_timeout, client));
   const Config& config = reg.config;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
-                      worker::CreateRuntimeBackend(config.runtime));
+                      worker::CreateRuntimeBackend(config.runtime, args.backend));
   FB_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::Trainer> trainer,
       worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config, args.job_dir)));
@@ -233,6 +234,7 @@ Command AddWorker(CLI::App& fullband) {
       ->type_name("R")
       ->transform(IntIn(0))
       ->capture_default_str();
+  AddBackendOptions(*app, &args->backend);
   return {app, [args] { return RunWorker(*args); }};
 }
 

@@ -2,7 +2,8 @@
 # The fullband binary's command line: `--name value` and `--name=value`, --help on stdout with
 # exit 0, and bad usage — an unknown flag, garbage or an out-of-range value for an integer or
 # number flag, a missing required flag, a stray argument — refused with exit 2 and one line on
-# stderr naming the flag or argument, before any work starts.
+# stderr naming the flag or argument, before any work starts; and the environment variables
+# flags fall back to.
 #   flags_test.sh FULLBAND
 set -euo pipefail
 fullband=$1
@@ -44,6 +45,17 @@ refused status --history --history
 refused tokenize --bogus --bogus
 refused ckpt export "$work/ckpt" --out
 refused bogus bogus
+FULLBAND_LOG_LEVEL=LOUD refused backends --log-level
+FULLBAND_TOKENIZER_RANKS="$work/none" refused tokenize "$work/none"
+FULLBAND_TOKENIZER_RANKS="$work/none" refused tokenize --tokenizer "$work/other" "$work/other"
+
+# A flag wins over its environment variable, which wins over the default.
+if [[ $(uname -m) == x86_64 ]]; then
+  FULLBAND_CPU_ISA=sse "$fullband" backends | grep -q "^cpu .*(sse, " || fail "FULLBAND_CPU_ISA"
+  FULLBAND_CPU_ISA=bogus "$fullband" backends --cpu-isa sse | grep -q "(sse, " || fail "--cpu-isa"
+fi
+FULLBAND_CPU_ISA=bogus "$fullband" backends | grep -q "^cpu .*unavailable.*'bogus'" ||
+  fail "FULLBAND_CPU_ISA=bogus: $("$fullband" backends)"
 
 # Both spellings of a value, and a repeated flag's values collected.
 printf 'hello world' >"$work/in.txt"
