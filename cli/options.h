@@ -1,7 +1,7 @@
 // What several subcommands declare alike: checked numbers, and the options that fall back to an
-// environment variable (README.md, "Command line"). The environment is read here, through the
-// options' CLI11 envname, and nowhere in the libraries: a flag wins over its variable, which wins
-// over the default.
+// environment variable (README.md, "Command line"). fullband reads its environment through such
+// options' CLI11 envname (these, `fullband worker`'s launcher options and --log-level), never in
+// the libraries: a flag wins over its variable, which wins over the default.
 #pragma once
 
 #include <CLI/CLI.hpp>
