@@ -16,6 +16,7 @@
 //        --only gemm|gemm_long_k|attention|cross_entropy (one bench),
 //        --openblas-child (internal: print only OpenBLAS GEMM lines).
 #include <cblas.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -388,6 +389,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (opt.threads <= 0) opt.threads = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  // The oneDNN baselines below call dnnl_sgemm directly, which runs on the OpenMP default's
+  // threads: the same count as the backend's.
+  omp_set_num_threads(opt.threads);
   const std::vector<int64_t> sizes =
       opt.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{1024, 2048, 4096};
   if (opt.openblas_child) {

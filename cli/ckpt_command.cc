@@ -2,13 +2,14 @@
 // command line (checkpoint/FORMAT.md).
 #include <yaml-cpp/yaml.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include <memory>
 
 #include "checkpoint/safetensors.h"
 #include "checkpoint/sharded.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/json_line.h"
 #include "common/config.h"
 #include "common/file_util.h"
 
@@ -17,21 +18,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kCkptUsage[] =
-    "usage: fullband ckpt ls DIR [--json]\n"
-    "       fullband ckpt verify PATH [--json]\n"
-    "       fullband ckpt export PATH --out FILE.safetensors [--config-out FILE.json] [--json]\n"
-    "  ls: the checkpoints under a checkpoint directory — step, committed or partial, the\n"
-    "  layout that wrote it, size.\n"
-    "  verify: checks a checkpoint (a step-<N> directory) completely: its manifest, every file's\n"
-    "  size and xxh64, every header and tensor piece; exits 1 naming what is wrong.\n"
-    "  export: one safetensors file of the parameters (docs/MODEL.md keys, full shapes), from\n"
-    "  any layout, and the model config as JSON (default: FILE with .json for .safetensors),\n"
-    "  which PyTorch loads as they are.\n";
-
 int Fail(const Status& s, bool json) {
   if (json) {
-    std::printf("%s\n", Json{{"ok", false}, {"error", s.ToString()}}.dump().c_str());
+    PrintJsonLine(Json{{"ok", false}, {"error", s.ToString()}});
   } else {
     std::fprintf(stderr, "fullband ckpt: %s\n", s.ToString().c_str());
   }
@@ -56,7 +45,7 @@ int List(const std::string& dir, bool json) {
       }
       out.push_back(std::move(j));
     }
-    std::printf("%s\n", out.dump().c_str());
+    PrintJsonLine(out);
     return 0;
   }
   std::printf("%10s  %-9s  %-16s  %10s  %s\n", "step", "state", "layout", "MiB", "path");
@@ -80,13 +69,11 @@ int Verify(const std::string& path, bool json) {
   uint64_t bytes = 0;
   for (const checkpoint::ShardFile& f : m.files) bytes += f.bytes;
   if (json) {
-    std::printf("%s\n", Json{{"ok", true},
-                             {"step", m.state.step},
-                             {"files", m.files.size()},
-                             {"bytes", bytes},
-                             {"tensors", m.tensors.size()}}
-                            .dump()
-                            .c_str());
+    PrintJsonLine(Json{{"ok", true},
+                       {"step", m.state.step},
+                       {"files", m.files.size()},
+                       {"bytes", bytes},
+                       {"tensors", m.tensors.size()}});
   } else {
     std::printf("ok: %s — step %lld, %zu file(s), %zu tensors, %.1f MiB, every hash matches\n",
                 path.c_str(), static_cast<long long>(m.state.step), m.files.size(),
@@ -136,40 +123,62 @@ Status Export(const std::string& path, const std::string& out, const std::string
   return WriteFileDurably(config_out, config);
 }
 
+struct CkptArgs {
+  std::string path, out, config_out;
+  bool json = false;
+};
+
+int ExportCommand(const CkptArgs& args) {
+  std::string config_out = args.config_out;
+  if (config_out.empty()) {
+    const std::string ext = ".safetensors";
+    const std::string& out = args.out;
+    config_out = (out.ends_with(ext) ? out.substr(0, out.size() - ext.size()) : out) + ".json";
+  }
+  const Status s = Export(args.path, args.out, config_out);
+  if (!s.ok()) return Fail(s, args.json);
+  if (args.json) {
+    PrintJsonLine(Json{{"ok", true}, {"out", args.out}, {"config", config_out}});
+  } else {
+    std::printf("wrote %s and %s\n", args.out.c_str(), config_out.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
-int RunCkpt(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, {"out", "config-out"}, {"json", "help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 2) {
-    return Usage(kCkptUsage, flags, "ckpt");
+Command AddCkpt(CLI::App& fullband) {
+  CLI::App* app =
+      fullband.add_subcommand("ckpt", "list, verify or export checkpoints (checkpoint/FORMAT.md)");
+  app->require_subcommand(1);
+  auto args = std::make_shared<CkptArgs>();
+  CLI::App* ls = app->add_subcommand(
+      "ls",
+      "the checkpoints under a checkpoint directory: step, committed or partial, the "
+      "layout that wrote it, size");
+  ls->add_option("DIR", args->path, "a checkpoint directory")->required();
+  CLI::App* verify = app->add_subcommand(
+      "verify",
+      "check a checkpoint completely: its manifest, every file's size and xxh64, every "
+      "header and tensor piece; exit 1 naming what is wrong");
+  verify->add_option("PATH", args->path, "a step-<N> directory")->required();
+  CLI::App* exp = app->add_subcommand(
+      "export",
+      "one safetensors file of the parameters (docs/MODEL.md keys, full shapes), from "
+      "any layout, and the model config as JSON, which PyTorch loads as they are");
+  exp->add_option("PATH", args->path, "a step-<N> directory")->required();
+  exp->add_option("--out", args->out, "the parameters")->type_name("FILE.safetensors")->required();
+  exp->add_option("--config-out", args->config_out,
+                  "the model config (default: FILE with .json for .safetensors)")
+      ->type_name("FILE.json");
+  for (CLI::App* verb : {ls, verify, exp}) {
+    verb->add_flag("--json", args->json, "one JSON object (or array, for ls)");
   }
-  const std::string& verb = flags->positional()[0];
-  const std::string& path = flags->positional()[1];
-  const bool json = flags->Has("json");
-  if (verb == "ls") return List(path, json);
-  if (verb == "verify") return Verify(path, json);
-  if (verb == "export") {
-    const std::string out = flags->Get("out", "");
-    if (out.empty()) {
-      std::fprintf(stderr, "fullband ckpt export: --out FILE is required\n%s", kCkptUsage);
-      return 2;
-    }
-    std::string config_out = flags->Get("config-out", "");
-    if (config_out.empty()) {
-      const std::string ext = ".safetensors";
-      config_out = (out.ends_with(ext) ? out.substr(0, out.size() - ext.size()) : out) + ".json";
-    }
-    const Status s = Export(path, out, config_out);
-    if (!s.ok()) return Fail(s, json);
-    if (json) {
-      std::printf("%s\n", Json{{"ok", true}, {"out", out}, {"config", config_out}}.dump().c_str());
-    } else {
-      std::printf("wrote %s and %s\n", out.c_str(), config_out.c_str());
-    }
-    return 0;
-  }
-  std::fprintf(stderr, "fullband ckpt: unknown verb '%s'\n%s", verb.c_str(), kCkptUsage);
-  return 2;
+  return {app, [ls, verify, args] {
+            if (ls->parsed()) return List(args->path, args->json);
+            if (verify->parsed()) return Verify(args->path, args->json);
+            return ExportCommand(*args);
+          }};
 }
 
 }  // namespace fullband::cli

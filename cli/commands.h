@@ -1,26 +1,37 @@
-// The subcommands of the fullband binary. Each takes the arguments after its name and returns
-// the process exit code: 0 success, 1 failure of the work, 2 bad usage or bad input.
+// The subcommands of the fullband binary (README.md, "Command line"). Each Add* function declares
+// one subcommand on the `fullband` app: its positionals and flags with their types, defaults,
+// checks and help, from which CLI11 parses the command line and writes `--help`. What it returns
+// runs the command once the command line has parsed; the exit code is 0 for success, 1 when the
+// work failed, 2 for bad usage or bad input.
 #pragma once
 
-#include <string>
-#include <vector>
+#include <functional>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fullband::cli {
 
-int RunBackends(const std::vector<std::string>& args);
-int RunConfig(const std::vector<std::string>& args);
-int RunModel(const std::vector<std::string>& args);
-int RunTrain(const std::vector<std::string>& args);
-int RunWorker(const std::vector<std::string>& args);  // worker_command.cc
-int RunCkpt(const std::vector<std::string>& args);    // ckpt_command.cc
-int RunIngest(const std::vector<std::string>& args);
-int RunData(const std::vector<std::string>& args);
-int RunTokenize(const std::vector<std::string>& args);
-int RunCoordinator(const std::vector<std::string>& args);  // coordinator_commands.cc
-int RunSubmit(const std::vector<std::string>& args);
-int RunStatus(const std::vector<std::string>& args);
-int RunWatch(const std::vector<std::string>& args);
-int RunCancel(const std::vector<std::string>& args);
-int RunPlot(const std::vector<std::string>& args);
+struct Command {
+  CLI::App* app;             // the subcommand; parsed() when it was given
+  std::function<int()> run;  // does its work; returns the exit code
+};
+
+Command AddBackends(CLI::App& fullband);  // commands.cc
+Command AddConfig(CLI::App& fullband);
+Command AddModel(CLI::App& fullband);   // model_commands.cc
+Command AddTrain(CLI::App& fullband);   // train_command.cc
+Command AddWorker(CLI::App& fullband);  // worker_command.cc
+Command AddCkpt(CLI::App& fullband);    // ckpt_command.cc
+Command AddIngest(CLI::App& fullband);  // data_commands.cc
+Command AddData(CLI::App& fullband);
+Command AddTokenize(CLI::App& fullband);     // tokenize_command.cc
+Command AddCoordinator(CLI::App& fullband);  // coordinator_commands.cc
+Command AddSubmit(CLI::App& fullband);
+Command AddStatus(CLI::App& fullband);
+Command AddWatch(CLI::App& fullband);
+Command AddCancel(CLI::App& fullband);
+Command AddPlot(CLI::App& fullband);
 
 }  // namespace fullband::cli

@@ -9,16 +9,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "common/config.h"
 #include "coordinator/client.h"
 #include "coordinator/service.h"
@@ -30,48 +32,19 @@ namespace {
 using coordinator::ClientOptions;
 using coordinator::JobClient;
 
-// Each command's usage, printed by Usage (cli/flags.h).
-constexpr char kCoordinatorUsage[] =
-    "usage: fullband coordinator --config coordinator.yaml\n"
-    "  Runs the coordinator until SIGINT/SIGTERM (keys: coordinator/service.h).\n";
-constexpr char kSubmitUsage[] =
-    "usage: fullband submit JOB.yaml [--name NAME] [--wait] [--address A] [--token T] "
-    "[--tls-ca CA]\n"
-    "  Validates and submits the job; prints its id. --wait follows it to the end.\n";
-constexpr char kPlotUsage[] =
-    "usage: fullband plot JOB --out FILE.png\n"
-    "  Draws the loss of each pass against token-equivalents from the job's history, with\n"
-    "  a line where each restart's steps begin (needs gnuplot; Debian: gnuplot-nox).\n";
-constexpr char kStatusUsage[] =
-    "usage: fullband status [JOB] [--all] [--json]\n"
-    "       fullband status JOB --history [--json]\n"
-    "  One job in full, or every unfinished job (--all: finished ones too), one a line;\n"
-    "  --history: every counted step of the job (attempt, passes, tokens, losses).\n";
-constexpr char kWatchUsage[] =
-    "usage: fullband watch JOB\n"
-    "  Follows the job: a progress bar of the budget on a terminal, otherwise one line\n"
-    "  per counted step and per change of state. Exits 0 when the job completes, 1 when\n"
-    "  it fails or is cancelled.\n";
-constexpr char kCancelUsage[] = "usage: fullband cancel JOB [--reason TEXT]\n";
-
-const std::set<std::string> kClientFlags = {"address", "token", "tls-ca"};
-
-std::set<std::string> With(std::set<std::string> flags) {
-  flags.insert(kClientFlags.begin(), kClientFlags.end());
-  return flags;
-}
+// What every command that talks to the coordinator is given.
+struct ClientArgs {
+  ClientOptions client;
+  std::string job;  // the JOB (or JOB.yaml) positional
+};
 
 int Fail(const char* command, const Status& s) {
   std::fprintf(stderr, "fullband %s: %s\n", command, s.ToString().c_str());
   return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-StatusOr<std::unique_ptr<JobClient>> Connect(const Flags& flags) {
-  ClientOptions o = ClientOptions::FromEnvironment();
-  if (const char* token = std::getenv("FULLBAND_TOKEN")) o.token = token;  // a user, not a worker
-  o.address = flags.Get("address", o.address);
-  o.token = flags.Get("token", o.token);
-  o.tls_ca_file = flags.Get("tls-ca", o.tls_ca_file);
+StatusOr<std::unique_ptr<JobClient>> Connect(const ClientArgs& args) {
+  ClientOptions o = args.client;
   o.max_attempts = 3;
   return JobClient::Connect(o);
 }
@@ -198,15 +171,8 @@ int WatchJob(JobClient& client, const std::string& id) {
   return last.state() == proto::JOB_STATE_COMPLETED ? 0 : 1;
 }
 
-}  // namespace
-
-int RunCoordinator(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, {"config"}, {"help"});
-  if (!flags.ok() || flags->Has("help") || !flags->Has("config")) {
-    return Usage(kCoordinatorUsage, flags, "coordinator");
-  }
-  StatusOr<coordinator::ServiceConfig> config =
-      coordinator::LoadServiceConfig(*flags->Required("config"));
+int RunCoordinator(const std::string& config_path) {
+  StatusOr<coordinator::ServiceConfig> config = coordinator::LoadServiceConfig(config_path);
   if (!config.ok()) return Fail("coordinator", config.status());
   // Threads started below inherit the blocked signals; this thread waits for them.
   sigset_t signals;
@@ -228,24 +194,24 @@ int RunCoordinator(const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunSubmit(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({"name"}), {"wait", "help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    return Usage(kSubmitUsage, flags, "submit");
-  }
-  const std::string path = flags->positional()[0];
-  StatusOr<Config> config = LoadConfigFile(path);
+struct SubmitArgs : ClientArgs {
+  std::string name;  // "" = JOB.yaml's stem
+  bool wait = false;
+};
+
+int RunSubmit(const SubmitArgs& args) {
+  StatusOr<Config> config = LoadConfigFile(args.job);
   if (!config.ok()) return Fail("submit", config.status());
   proto::JobSpec spec;
-  spec.set_name(flags->Get("name", std::filesystem::path(path).stem().string()));
+  spec.set_name(args.name.empty() ? std::filesystem::path(args.job).stem().string() : args.name);
   *spec.mutable_config() = ToProto(*config);
-  auto client = Connect(*flags);
+  auto client = Connect(args);
   if (!client.ok()) return Fail("submit", client.status());
   StatusOr<std::string> id = (*client)->Submit(spec);
   if (!id.ok()) return Fail("submit", id.status());
   std::printf("%s\n", id->c_str());
   std::fflush(stdout);
-  return flags->Has("wait") ? WatchJob(**client, *id) : 0;
+  return args.wait ? WatchJob(**client, *id) : 0;
 }
 
 // The job's token-equivalents through each of `steps` (counted steps, in order).
@@ -319,20 +285,20 @@ std::string PlotScript(const proto::Job& job, const std::vector<proto::StepRecor
   return script + plot + "\n";
 }
 
-int RunPlot(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({"out"}), {"help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1 || !flags->Has("out")) {
-    return Usage(kPlotUsage, flags, "plot");
-  }
-  auto client = Connect(*flags);
+struct PlotArgs : ClientArgs {
+  std::string out;
+};
+
+int RunPlot(const PlotArgs& args) {
+  auto client = Connect(args);
   if (!client.ok()) return Fail("plot", client.status());
-  const std::string& id = flags->positional()[0];
+  const std::string& id = args.job;
   StatusOr<proto::Job> job = (*client)->Get(id);
   if (!job.ok()) return Fail("plot", job.status());
   StatusOr<std::vector<proto::StepRecord>> steps = (*client)->History(id);
   if (!steps.ok()) return Fail("plot", steps.status());
   if (steps->empty()) return Fail("plot", FailedPreconditionError(id + " has no counted steps"));
-  const std::string out = *flags->Required("out");
+  const std::string& out = args.out;
   ::signal(SIGPIPE, SIG_IGN);  // a gnuplot that stops reading is an error below, not a kill
   FILE* gnuplot = ::popen("gnuplot >&2", "w");  // its complaints go to stderr
   if (gnuplot == nullptr) return Fail("plot", InternalError("cannot start gnuplot"));
@@ -350,18 +316,17 @@ int RunPlot(const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunStatus(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"json", "all", "history", "help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() > 1 ||
-      (flags->Has("history") && flags->positional().size() != 1)) {
-    return Usage(kStatusUsage, flags, "status");
-  }
-  auto client = Connect(*flags);
+struct StatusArgs : ClientArgs {
+  bool all = false, json = false, history = false;
+};
+
+int RunStatus(const StatusArgs& args) {
+  auto client = Connect(args);
   if (!client.ok()) return Fail("status", client.status());
-  const bool json = flags->Has("json");
-  if (flags->Has("history")) return PrintHistory(**client, flags->positional()[0], json);
-  if (flags->positional().size() == 1) {
-    StatusOr<proto::Job> job = (*client)->Get(flags->positional()[0]);
+  const bool json = args.json;
+  if (args.history) return PrintHistory(**client, args.job, json);
+  if (!args.job.empty()) {
+    StatusOr<proto::Job> job = (*client)->Get(args.job);
     if (!job.ok()) return Fail("status", job.status());
     if (json) {
       std::printf("%s\n", ToJson(*job).c_str());
@@ -390,7 +355,7 @@ int RunStatus(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  StatusOr<std::vector<proto::Job>> jobs = (*client)->List(flags->Has("all"));
+  StatusOr<std::vector<proto::Job>> jobs = (*client)->List(args.all);
   if (!jobs.ok()) return Fail("status", jobs.status());
   if (json) {
     proto::ListJobsResponse list;
@@ -403,27 +368,102 @@ int RunStatus(const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunWatch(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({}), {"help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    return Usage(kWatchUsage, flags, "watch");
-  }
-  auto client = Connect(*flags);
-  if (!client.ok()) return Fail("watch", client.status());
-  return WatchJob(**client, flags->positional()[0]);
-}
+struct CancelArgs : ClientArgs {
+  std::string reason;
+};
 
-int RunCancel(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, With({"reason"}), {"help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 1) {
-    return Usage(kCancelUsage, flags, "cancel");
-  }
-  auto client = Connect(*flags);
+int RunCancel(const CancelArgs& args) {
+  auto client = Connect(args);
   if (!client.ok()) return Fail("cancel", client.status());
-  StatusOr<proto::Job> job = (*client)->Cancel(flags->positional()[0], flags->Get("reason", ""));
+  StatusOr<proto::Job> job = (*client)->Cancel(args.job, args.reason);
   if (!job.ok()) return Fail("cancel", job.status());
   std::printf("%s\n", ProgressLine(*job, false).c_str());
   return 0;
+}
+
+// A subcommand that talks to the coordinator, as a user: its client flags, and the positional
+// `job` (JOB, or JOB.yaml for submit).
+CLI::App* ClientCommand(CLI::App& fullband, const char* name, const char* description,
+                        ClientArgs* args, const char* job, const char* job_help) {
+  CLI::App* app = fullband.add_subcommand(name, description);
+  app->add_option(job, args->job, job_help)->required();
+  AddClientOptions(*app, &args->client, "FULLBAND_TOKEN");
+  return app;
+}
+
+}  // namespace
+
+Command AddCoordinator(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "coordinator", "run the coordinator: `fullband coordinator --config coordinator.yaml`");
+  app->footer("Runs the coordinator until SIGINT/SIGTERM (docs/COORDINATOR.md, \"Jobs\").");
+  auto config = std::make_shared<std::string>();
+  app->add_option("--config", *config, "the coordinator's configuration (coordinator/service.h)")
+      ->type_name("coordinator.yaml")
+      ->required();
+  return {app, [config] { return RunCoordinator(*config); }};
+}
+
+Command AddSubmit(CLI::App& fullband) {
+  auto args = std::make_shared<SubmitArgs>();
+  CLI::App* app = ClientCommand(
+      fullband, "submit", "submit a job: `fullband submit JOB.yaml [--wait]` prints its id",
+      args.get(), "JOB.yaml", "the job's configuration (docs/COORDINATOR.md)");
+  app->add_option("--name", args->name, "the job's name (default: the file's stem)");
+  app->add_flag("--wait", args->wait,
+                "follow the job to its end; exit 0 when it completes, 1 when it fails or is "
+                "cancelled");
+  return {app, [args] { return RunSubmit(*args); }};
+}
+
+Command AddStatus(CLI::App& fullband) {
+  auto args = std::make_shared<StatusArgs>();
+  CLI::App* app = ClientCommand(
+      fullband, "status",
+      "show jobs: `fullband status [JOB] [--all] [--json]`, `status JOB --history`", args.get(),
+      "JOB", "one job in full (default: every unfinished job, one a line)");
+  CLI::Option* job = app->get_option("JOB")->required(false);
+  app->add_flag("--all", args->all, "finished jobs too");
+  app->add_flag("--json", args->json, "the coordinator's answer as JSON");
+  app->add_flag("--history", args->history,
+                "every counted step of JOB (attempt, passes, tokens, losses)")
+      ->needs(job);
+  return {app, [args] { return RunStatus(*args); }};
+}
+
+Command AddWatch(CLI::App& fullband) {
+  auto args = std::make_shared<ClientArgs>();
+  CLI::App* app = ClientCommand(
+      fullband, "watch", "follow a job's budget, throughput and losses: `fullband watch JOB`",
+      args.get(), "JOB", "the job to follow");
+  app->footer(
+      "A progress bar of the budget on a terminal, otherwise one line per counted step and per\n"
+      "change of state. Exits 0 when the job completes, 1 when it fails or is cancelled.");
+  return {app, [args] {
+            auto client = Connect(*args);
+            if (!client.ok()) return Fail("watch", client.status());
+            return WatchJob(**client, args->job);
+          }};
+}
+
+Command AddCancel(CLI::App& fullband) {
+  auto args = std::make_shared<CancelArgs>();
+  CLI::App* app = ClientCommand(fullband, "cancel", "cancel a job: `fullband cancel JOB`",
+                                args.get(), "JOB", "the job to cancel");
+  app->add_option("--reason", args->reason, "recorded with the job")->type_name("TEXT");
+  return {app, [args] { return RunCancel(*args); }};
+}
+
+Command AddPlot(CLI::App& fullband) {
+  auto args = std::make_shared<PlotArgs>();
+  CLI::App* app = ClientCommand(fullband, "plot",
+                                "plot a job's loss per pass: `fullband plot JOB --out FILE.png`",
+                                args.get(), "JOB", "the job to plot");
+  app->footer(
+      "Draws the loss of each pass against token-equivalents from the job's history, with a\n"
+      "line where each restart's steps begin (needs gnuplot; Debian: gnuplot-nox).");
+  app->add_option("--out", args->out, "the PNG file to write")->type_name("FILE.png")->required();
+  return {app, [args] { return RunPlot(*args); }};
 }
 
 }  // namespace fullband::cli

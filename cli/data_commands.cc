@@ -2,34 +2,19 @@
 // `fullband data info|verify STORE` (dataloader/FORMAT.md).
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include <memory>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/json_line.h"
+#include "cli/options.h"
 #include "dataloader/ingest.h"
 #include "dataloader/token_store.h"
 #include "dataloader/tokenizer.h"
 
 namespace fullband::cli {
 namespace {
-
-constexpr char kIngestUsage[] =
-    "usage: fullband ingest --input PATH [--input PATH ...] --out STORE --seq-len N\n"
-    "                       [--format auto|text|jsonl] [--text-field text] [--threads N]\n"
-    "                       [--allow-special] [--tokenizer RANKS] [--json]\n"
-    "  Tokenizes text files, JSONL files (one {\"text\": ...} object per line), directories\n"
-    "  (recursively) and stdin (-) with the Phi-4 tokenizer, appends <|endoftext|> to every\n"
-    "  document, and packs the ids into records of N + 1 tokens in the token store STORE\n"
-    "  (created if missing). Inputs already in the store are skipped; the tokens after the\n"
-    "  last full record wait in the store for the next ingest.\n";
-
-constexpr char kDataUsage[] =
-    "usage: fullband data info STORE [--json]\n"
-    "       fullband data verify STORE [--json]\n"
-    "  info: counts, tokenizer, seq_len and size of a token store.\n"
-    "  verify: reads every record and checks its length, checksum and ids against the\n"
-    "  metadata; exits 1 when anything is wrong, naming the records.\n";
 
 std::string Human(double v) {
   char buf[32];
@@ -51,57 +36,16 @@ int Fail(const char* command, const Status& s) {
   return c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound ? 2 : 1;
 }
 
-}  // namespace
+struct IngestArgs {
+  dataloader::IngestOptions options;
+  std::string tokenizer;
+  bool json = false;
+};
 
-int RunIngest(const std::vector<std::string>& args) {
-  // --input may repeat: gather its values first, then parse the rest.
-  std::vector<std::string> inputs, rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--input" && i + 1 < args.size()) {
-      inputs.push_back(args[++i]);
-    } else {
-      rest.push_back(args[i]);
-    }
-  }
-  StatusOr<Flags> flags =
-      Flags::Parse(rest, {"out", "seq-len", "format", "text-field", "threads", "tokenizer"},
-                   {"allow-special", "json", "help"});
-  if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
-    return Usage(kIngestUsage, flags, "ingest");
-  }
-  dataloader::IngestOptions o;
-  o.inputs = inputs;
-  if (o.inputs.empty()) return Fail("ingest", InvalidArgumentError("--input PATH is required"));
-  StatusOr<std::string> out = flags->Required("out");
-  if (!out.ok()) return Fail("ingest", out.status());
-  o.out = *out;
-  StatusOr<int64_t> seq_len = flags->GetInt("seq-len", 0);
-  if (!seq_len.ok() || *seq_len < 1) {
-    return Fail("ingest", InvalidArgumentError("--seq-len N (a positive integer) is required"));
-  }
-  o.seq_len = *seq_len;
-  const std::string format = flags->Get("format", "auto");
-  if (format == "auto") {
-    o.format = dataloader::InputFormat::kAuto;
-  } else if (format == "text") {
-    o.format = dataloader::InputFormat::kText;
-  } else if (format == "jsonl") {
-    o.format = dataloader::InputFormat::kJsonl;
-  } else {
-    return Fail("ingest",
-                InvalidArgumentError("--format " + format + ": expected auto, text or jsonl"));
-  }
-  o.text_field = flags->Get("text-field", "text");
-  StatusOr<int64_t> threads = flags->GetInt("threads", 0);
-  if (!threads.ok() || *threads < 0 || *threads > 1024) {
-    return Fail("ingest", InvalidArgumentError("--threads must be an integer in [0, 1024]"));
-  }
-  o.threads = static_cast<int>(*threads);
-  o.allow_special = flags->Has("allow-special");
-  const bool json = flags->Has("json");
-
-  StatusOr<dataloader::Tokenizer> tok = dataloader::Tokenizer::Load(
-      flags->Get("tokenizer", dataloader::Tokenizer::DefaultRanksPath()));
+int Ingest(const IngestArgs& args) {
+  const dataloader::IngestOptions& o = args.options;
+  const bool json = args.json;
+  StatusOr<dataloader::Tokenizer> tok = dataloader::Tokenizer::Load(args.tokenizer);
   if (!tok.ok()) return Fail("ingest", tok.status());
 
   const bool terminal = isatty(STDERR_FILENO);
@@ -133,7 +77,7 @@ int RunIngest(const std::vector<std::string>& args) {
                         {"tail_tokens", r->tail_tokens},
                         {"seconds", t.seconds},
                         {"mb_per_s", mbps}};
-    std::printf("%s\n", j.dump().c_str());
+    PrintJsonLine(j);
   } else {
     std::printf(
         "ingest: %ld source(s) added, %ld already in the store; %ld documents, %ld tokens from "
@@ -146,28 +90,18 @@ int RunIngest(const std::vector<std::string>& args) {
   return 0;
 }
 
-int RunData(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags = Flags::Parse(args, {}, {"json", "help"});
-  if (!flags.ok() || flags->Has("help") || flags->positional().size() != 2) {
-    return Usage(kDataUsage, flags, "data");
-  }
-  const std::string& verb = flags->positional()[0];
-  const std::string& path = flags->positional()[1];
-  if (verb != "info" && verb != "verify") {
-    std::fprintf(stderr, "fullband data: unknown action '%s' (info or verify)\n", verb.c_str());
-    return 2;
-  }
-  const bool json = flags->Has("json");
+// `data info` (verify = false) or `data verify`.
+int Data(const std::string& path, bool verify, bool json) {
   auto store = dataloader::RocksDbTokenStore::Open(path);
   if (!store.ok()) return Fail("data", store.status());
   const dataloader::StoreMetadata& m = (*store)->metadata();
-  if (verb == "info") {
+  if (!verify) {
     if (json) {
       nlohmann::json j = nlohmann::json::parse(m.ToJson(/*with_sources=*/true));
       j["disk_bytes"] = (*store)->disk_bytes();
       j["unfinished_ingest"] = (*store)->unfinished_ingest();
       j["tail"] = m.tail.size();  // the count, not the ids
-      std::printf("%s\n", j.dump().c_str());
+      PrintJsonLine(j);
       return 0;
     }
     std::printf("store      %s\n", path.c_str());
@@ -207,7 +141,7 @@ int RunData(const std::vector<std::string>& args) {
                         {"extra_records", report->extra_records},
                         {"problems", report->problems},
                         {"unfinished_ingest", (*store)->unfinished_ingest()}};
-    std::printf("%s\n", j.dump().c_str());
+    PrintJsonLine(j);
   } else {
     for (const std::string& p : report->problems) std::printf("bad: %s\n", p.c_str());
     if (report->bad_records > static_cast<int64_t>(report->problems.size())) {
@@ -219,6 +153,72 @@ int RunData(const std::vector<std::string>& args) {
                 good ? "" : " — do not train on this store");
   }
   return good ? 0 : 1;
+}
+
+}  // namespace
+
+Command AddIngest(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "ingest",
+      "tokenize text / JSONL / directories into a token store (--input, --out, --seq-len)");
+  app->footer(
+      "Tokenizes text files, JSONL files (one {\"text\": ...} object per line), directories\n"
+      "(recursively) and stdin (-) with the Phi-4 tokenizer, appends <|endoftext|> to every\n"
+      "document, and packs the ids into records of N + 1 tokens in the token store STORE\n"
+      "(created if missing). Inputs already in the store are skipped; the tokens after the\n"
+      "last full record wait in the store for the next ingest (docs/DATA.md).");
+  auto args = std::make_shared<IngestArgs>();
+  dataloader::IngestOptions& o = args->options;
+  app->add_option("--input", o.inputs, "a file, a directory or - (stdin); repeat for more")
+      ->type_name("PATH")
+      ->required()
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--out", o.out, "the token store")->type_name("STORE")->required();
+  app->add_option("--seq-len", o.seq_len, "tokens per record, less one")
+      ->type_name("N")
+      ->transform(IntIn(1))
+      ->required();
+  using dataloader::InputFormat;
+  OneOf(app->add_option("--format", o.format, "how to read the inputs (auto: by file name)"),
+        {{"auto", static_cast<int64_t>(InputFormat::kAuto)},
+         {"text", static_cast<int64_t>(InputFormat::kText)},
+         {"jsonl", static_cast<int64_t>(InputFormat::kJsonl)}})
+      ->default_str("auto");
+  app->add_option("--text-field", o.text_field, "the JSONL field holding a document's text")
+      ->type_name("F")
+      ->capture_default_str();
+  app->add_option("--threads", o.threads, "tokenizer threads (0: every core)")
+      ->type_name("N")
+      ->transform(IntIn(0, 1024))
+      ->capture_default_str();
+  app->add_flag("--allow-special", o.allow_special,
+                "special-token text such as <|endoftext|> becomes its id");
+  AddTokenizerOption(*app, &args->tokenizer);
+  app->add_flag("--json", args->json, "print the summary as one JSON object");
+  return {app, [args] { return Ingest(*args); }};
+}
+
+Command AddData(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "data", "inspect or check a token store: `fullband data info|verify STORE`");
+  app->require_subcommand(1);
+  struct Args {
+    std::string store;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* info =
+      app->add_subcommand("info", "counts, tokenizer, seq_len, sources and size of a token store");
+  CLI::App* verify = app->add_subcommand(
+      "verify",
+      "read every record and check its length, checksum and ids against the metadata; "
+      "exit 1 when anything is wrong, naming the records");
+  for (CLI::App* verb : {info, verify}) {
+    verb->add_option("STORE", args->store, "a token store (dataloader/FORMAT.md)")->required();
+    verb->add_flag("--json", args->json, "print one JSON object");
+  }
+  return {app, [verify, args] { return Data(args->store, verify->parsed(), args->json); }};
 }
 
 }  // namespace fullband::cli

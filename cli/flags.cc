@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 
 namespace fullband::cli {
@@ -72,15 +71,6 @@ StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) cons
     return InvalidArgumentError("--" + name + ": expected a number, got '" + it->second + "'");
   }
   return v;
-}
-
-int Usage(const char* usage, const StatusOr<Flags>& flags, const char* command) {
-  if (!flags.ok()) {
-    std::fprintf(stderr, "fullband %s: %s\n", command, flags.status().message().c_str());
-  }
-  const bool help = flags.ok() && flags->Has("help");
-  std::fputs(usage, help ? stdout : stderr);
-  return help ? 0 : 2;
 }
 
 }  // namespace fullband::cli

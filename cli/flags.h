@@ -1,5 +1,6 @@
-// Flags: `--name value` and `--switch` arguments of one subcommand, parsed against the list of
-// names the command accepts; anything else is an error naming the argument.
+// Flags: `--name value` and `--switch` arguments, parsed against the list of names a program
+// accepts; anything else is an error naming the argument. The benchmarks' small parser (bench/);
+// the fullband binary declares its flags with CLI11 (cli/commands.h).
 #pragma once
 
 #include <map>
@@ -30,10 +31,5 @@ class Flags {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
-
-// When a command will not run with what it was given: prints the parse error, if any, and
-// `usage` (to stdout for --help, else to stderr) and returns the exit code, 0 for --help and 2
-// for bad usage.
-int Usage(const char* usage, const StatusOr<Flags>& flags, const char* command);
 
 }  // namespace fullband::cli

@@ -1,71 +1,86 @@
-// fullband: the one command-line entry point (README.md, "Command line"). Each subcommand parses
-// its flags, builds what it needs from a validated Config, runs, and exits non-zero with a one-line
-// reason on bad input. `--help` lists only the subcommands that exist in this build.
+// fullband: the one command-line entry point (README.md, "Command line"). Each subcommand declares
+// its flags (cli/commands.h), builds what it needs from a validated Config, runs, and exits
+// non-zero with a one-line reason on bad input. `--help` lists only the subcommands that exist in
+// this build.
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
+#include "common/logging.h"
 
 namespace fullband::cli {
 namespace {
 
-struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(const std::vector<std::string>& args);
-};
+// In the order `fullband --help` lists them.
+constexpr Command (*kCommands[])(CLI::App&) = {
+    AddBackends, AddConfig,      AddModel,  AddTrain,  AddWorker, AddCkpt,   AddIngest, AddData,
+    AddTokenize, AddCoordinator, AddSubmit, AddStatus, AddWatch,  AddCancel, AddPlot};
 
-const Command kCommands[] = {
-    {"backends", "list the compute backends available here (CPU features, CUDA devices)",
-     RunBackends},
-    {"config", "check a configuration file: `fullband config check FILE [--json]`", RunConfig},
-    {"model", "initialize weights, or run one K-pass step and write its gradients (init|grad)",
-     RunModel},
-    {"train",
-     "train on a token file or stores, alone or under mpirun: `fullband train CONFIG.yaml`",
-     RunTrain},
-    {"worker", "one rank of a coordinated job's worker group (started by the coordinator)",
-     RunWorker},
-    {"ckpt", "list, verify or export checkpoints: `fullband ckpt ls|verify|export PATH`", RunCkpt},
-    {"ingest", "tokenize text / JSONL / directories into a token store (--input, --out, --seq-len)",
-     RunIngest},
-    {"data", "inspect or check a token store: `fullband data info|verify STORE`", RunData},
-    {"tokenize", "print the Phi-4 token ids of stdin or a file (--json, --decode)", RunTokenize},
-    {"coordinator", "run the coordinator: `fullband coordinator --config coordinator.yaml`",
-     RunCoordinator},
-    {"submit", "submit a job: `fullband submit JOB.yaml [--wait]` prints its id", RunSubmit},
-    {"status", "show jobs: `fullband status [JOB] [--all] [--json]`, `status JOB --history`",
-     RunStatus},
-    {"watch", "follow a job's budget, throughput and losses: `fullband watch JOB`", RunWatch},
-    {"cancel", "cancel a job: `fullband cancel JOB`", RunCancel},
-    {"plot", "plot a job's loss per pass: `fullband plot JOB --out FILE.png`", RunPlot},
-};
+// "fullband ckpt export": the subcommands the command line reached, for error messages.
+std::string CommandPath(const CLI::App& fullband) {
+  std::string path = fullband.get_name();
+  for (const CLI::App* app = &fullband; !app->get_subcommands().empty();) {
+    app = app->get_subcommands().front();
+    path += " " + app->get_name();
+  }
+  return path;
+}
 
-void PrintHelp() {
-  std::printf(
-      "fullband: pretrain latent-feedback transformers.\n\n"
-      "usage: fullband <command> [args]   (fullband <command> --help for details)\n\n"
-      "commands:\n");
-  for (const Command& c : kCommands) std::printf("  %-10s %s\n", c.name, c.summary);
+int Main(int argc, char** argv) {
+  CLI::App fullband("fullband: pretrain latent-feedback transformers.", "fullband");
+  // A flag given twice takes its last value; flags that collect every value say so.
+  fullband.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  fullband.require_subcommand(1);
+  // The subcommands hand the flags they do not have, such as --log-level, to fullband.
+  fullband.fallthrough();
+  LogLevel log_level = LogLevel::kInfo;
+  std::vector<std::pair<std::string, int64_t>> levels;
+  for (LogLevel level : kLogLevels) {
+    levels.emplace_back(LogLevelName(level), static_cast<int>(level));
+  }
+  OneOf(fullband.add_option("--log-level", log_level, "the least severe messages logged"), levels)
+      ->envname("FULLBAND_LOG_LEVEL")
+      ->default_str(LogLevelName(log_level));
+  std::vector<Command> commands;
+  for (const auto add : kCommands) commands.push_back(add(fullband));
+  // Set after the subcommands, which would inherit it.
+  fullband.footer("`fullband COMMAND --help` describes a command.");
+  if (argc < 2) {
+    std::fputs(fullband.help().c_str(), stderr);
+    return 2;
+  }
+  if (std::strcmp(argv[1], "help") == 0) {
+    std::fputs(fullband.help().c_str(), stdout);
+    return 0;
+  }
+  const auto given = [&](const Command& c) { return c.app->check_name(argv[1]); };
+  if (argv[1][0] != '-' && std::none_of(commands.begin(), commands.end(), given)) {
+    std::fprintf(stderr, "fullband: unknown command '%s' (fullband --help)\n", argv[1]);
+    return 2;
+  }
+  try {
+    fullband.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(fullband.help().c_str(), stdout);  // the help of the subcommand given
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    const std::string path = CommandPath(fullband);
+    std::fprintf(stderr, "%s: %s (%s --help)\n", path.c_str(), e.what(), path.c_str());
+    return 2;
+  }
+  SetLogThreshold(log_level);
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run();
+  }
+  return 2;  // unreachable: require_subcommand(1)
 }
 
 }  // namespace
 }  // namespace fullband::cli
 
-int main(int argc, char** argv) {
-  using fullband::cli::kCommands;
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
-      std::strcmp(argv[1], "help") == 0) {
-    fullband::cli::PrintHelp();
-    return argc < 2 ? 2 : 0;
-  }
-  for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) == 0) {
-      return c.run(std::vector<std::string>(argv + 2, argv + argc));
-    }
-  }
-  std::fprintf(stderr, "fullband: unknown command '%s' (see fullband --help)\n", argv[1]);
-  return 2;
-}
+int main(int argc, char** argv) { return fullband::cli::Main(argc, argv); }

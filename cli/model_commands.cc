@@ -1,11 +1,15 @@
 // `fullband model init` and `fullband model grad` (README.md, "Command line"): the single-process
 // entry points that let any implementation of the model be checked against this one.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "checkpoint/safetensors.h"
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "common/config.h"
 #include "common/model_params.h"
 #include "ops/backend.h"
@@ -14,55 +18,44 @@
 namespace fullband::cli {
 namespace {
 
-constexpr char kModelUsage[] =
-    "usage:\n"
-    "  fullband model init --config M.yaml --seed S --out W.safetensors\n"
-    "      Writes freshly initialized weights (docs/MODEL.md init, seeded).\n"
-    "  fullband model grad --config M.yaml --weights W.safetensors --batch B.safetensors\n"
-    "                      --passes K [--jitter X] [--mixin on|off] [--seed S]\n"
-    "                      [--recompute none|selective|full] --out G.safetensors\n"
-    "      One K-pass step: reads `tokens` (int32, (B, T+1)) from the batch file, writes\n"
-    "      loss.pass{k}, loss.total, grad.<key> for every weight and plain.pass{k} (u8 (B, T),\n"
-    "      the plain masks drawn for passes k >= 2). --jitter/--mixin override the config.\n";
+struct InitArgs {
+  std::string config, out;
+  int64_t seed = 0;
+  ops::BackendOptions backend;  // CPU; the kernels' instruction set
+};
+
+struct GradArgs {
+  std::string config, weights, batch, out;
+  int64_t passes = 1, seed = 0;
+  std::optional<double> jitter;      // else the config's
+  std::optional<bool> prefix_mixin;  // --mixin on|off, else the config's
+  std::string recompute = "none";
+  ops::BackendOptions backend;  // CPU; the kernels' instruction set
+};
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "fullband model: %s\n", s.message().c_str());
   return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ? 2 : 1;
 }
 
-Status Init(const Flags& flags) {
-  FB_ASSIGN_OR_RETURN(std::string config_path, flags.Required("config"));
-  FB_ASSIGN_OR_RETURN(std::string out, flags.Required("out"));
-  FB_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
-  FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(config_path));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend({}));
+Status Init(const InitArgs& args) {
+  FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(args.config));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model,
                       worker::Model::Create(config.model, {}, backend.get()));
-  model->InitParameters(static_cast<uint64_t>(seed));
-  FB_RETURN_IF_ERROR(model->SaveParameters(out));
-  std::printf("wrote %s: %ld parameters in %zu tensors\n", out.c_str(),
+  model->InitParameters(static_cast<uint64_t>(args.seed));
+  FB_RETURN_IF_ERROR(model->SaveParameters(args.out));
+  std::printf("wrote %s: %ld parameters in %zu tensors\n", args.out.c_str(),
               static_cast<long>(ModelParameterCount(model->config())),
               model->table().specs().size());
   return OkStatus();
 }
 
-Status Grad(const Flags& flags) {
-  FB_ASSIGN_OR_RETURN(std::string config_path, flags.Required("config"));
-  FB_ASSIGN_OR_RETURN(std::string weights, flags.Required("weights"));
-  FB_ASSIGN_OR_RETURN(std::string batch_path, flags.Required("batch"));
-  FB_ASSIGN_OR_RETURN(std::string out, flags.Required("out"));
-  FB_ASSIGN_OR_RETURN(int64_t passes, flags.GetInt("passes", 1));
-  FB_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0));
-  FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(config_path));
-  FB_ASSIGN_OR_RETURN(double jitter, flags.GetDouble("jitter", config.model.jitter));
-  FB_ASSIGN_OR_RETURN(Recompute recompute, worker::ParseRecompute(flags.Get("recompute", "none")));
-  const std::string mixin = flags.Get("mixin", config.model.prefix_mixin ? "on" : "off");
-  if (mixin != "on" && mixin != "off") {
-    return InvalidArgumentError("--mixin: expected on or off, got '" + mixin + "'");
-  }
-  if (passes < 1 || passes > 64) {
-    return InvalidArgumentError("--passes: " + std::to_string(passes) + " outside [1, 64]");
-  }
+Status Grad(const GradArgs& args) {
+  FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(args.config));
+  FB_ASSIGN_OR_RETURN(Recompute recompute, worker::ParseRecompute(args.recompute));
+  const std::string& batch_path = args.batch;
+  const int passes = static_cast<int>(args.passes);
   FB_ASSIGN_OR_RETURN(checkpoint::SafetensorsFile batch,
                       checkpoint::SafetensorsFile::Read(batch_path));
   FB_ASSIGN_OR_RETURN(const checkpoint::SafetensorsFile::Entry* tokens,
@@ -75,20 +68,20 @@ Status Grad(const Flags& flags) {
   std::vector<int32_t> ids(b * (t + 1));
   std::memcpy(ids.data(), batch.data(*tokens), tokens->bytes);
 
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend({}));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
   worker::ModelShape shape;
   shape.max_batch = b;
   shape.max_seq = t;
-  shape.max_passes = static_cast<int>(passes);
+  shape.max_passes = passes;
   shape.recompute = recompute;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model,
                       worker::Model::Create(config.model, shape, backend.get()));
-  FB_RETURN_IF_ERROR(model->LoadParameters(weights));
+  FB_RETURN_IF_ERROR(model->LoadParameters(args.weights));
   worker::StepOptions options;
-  options.passes = static_cast<int>(passes);
-  options.jitter = jitter;
-  options.prefix_mixin = mixin == "on";
-  options.seed = static_cast<uint64_t>(seed);
+  options.passes = passes;
+  options.jitter = args.jitter.value_or(config.model.jitter);
+  options.prefix_mixin = args.prefix_mixin.value_or(config.model.prefix_mixin);
+  options.seed = static_cast<uint64_t>(args.seed);
   model->ZeroGradients();
   FB_ASSIGN_OR_RETURN(worker::StepResult r, model->Step(ids.data(), b, t, options));
 
@@ -101,7 +94,7 @@ Status Grad(const Flags& flags) {
   for (size_t k = 0; k < r.plain.size(); ++k) {
     masks.emplace_back("plain.pass" + std::to_string(k + 2), r.plain[k]);
   }
-  FB_RETURN_IF_ERROR(model->SaveGradients(out, scalars, masks, b, t));
+  FB_RETURN_IF_ERROR(model->SaveGradients(args.out, scalars, masks, b, t));
   std::printf("loss.total %.6f", r.total);
   for (size_t k = 0; k < r.pass_loss.size(); ++k)
     std::printf(" pass%zu %.6f", k + 1, r.pass_loss[k]);
@@ -111,29 +104,62 @@ Status Grad(const Flags& flags) {
 
 }  // namespace
 
-int RunModel(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kModelUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
-  }
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (args[0] == "init") {
-    StatusOr<Flags> flags = Flags::Parse(rest, {"config", "seed", "out"}, {});
-    if (!flags.ok()) return Fail(flags.status());
-    const Status s = Init(*flags);
-    return s.ok() ? 0 : Fail(s);
-  }
-  if (args[0] == "grad") {
-    StatusOr<Flags> flags = Flags::Parse(
-        rest,
-        {"config", "weights", "batch", "passes", "jitter", "mixin", "seed", "recompute", "out"},
-        {});
-    if (!flags.ok()) return Fail(flags.status());
-    const Status s = Grad(*flags);
-    return s.ok() ? 0 : Fail(s);
-  }
-  std::fprintf(stderr, "fullband model: unknown subcommand '%s'\n%s", args[0].c_str(), kModelUsage);
-  return 2;
+Command AddModel(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "model", "initialize weights, or run one K-pass step and write its gradients (init|grad)");
+  app->require_subcommand(1);
+
+  CLI::App* init =
+      app->add_subcommand("init", "write freshly initialized weights (docs/MODEL.md init, seeded)");
+  auto i = std::make_shared<InitArgs>();
+  init->add_option("--config", i->config, "the model's configuration")
+      ->type_name("M.yaml")
+      ->required();
+  init->add_option("--seed", i->seed, "initialization seed")
+      ->type_name("S")
+      ->transform(IntIn(INT64_MIN))
+      ->capture_default_str();
+  AddBackendOptions(*init, &i->backend);
+  init->add_option("--out", i->out, "weights to write")->type_name("W.safetensors")->required();
+
+  CLI::App* grad = app->add_subcommand("grad", "one K-pass step; write its losses and gradients");
+  grad->footer(
+      "Reads `tokens` (int32, (B, T+1)) from the batch file, writes loss.pass{k}, loss.total,\n"
+      "grad.<key> for every weight and plain.pass{k} (u8 (B, T), the plain masks drawn for\n"
+      "passes k >= 2).");
+  auto g = std::make_shared<GradArgs>();
+  grad->add_option("--config", g->config, "the model's configuration")
+      ->type_name("M.yaml")
+      ->required();
+  grad->add_option("--weights", g->weights, "weights to load")
+      ->type_name("W.safetensors")
+      ->required();
+  grad->add_option("--batch", g->batch, "`tokens`, int32 (B, T+1)")
+      ->type_name("B.safetensors")
+      ->required();
+  grad->add_option("--passes", g->passes, "passes of the step")
+      ->type_name("K")
+      ->transform(IntIn(1, 64))
+      ->capture_default_str();
+  grad->add_option("--jitter", g->jitter, "overrides model.jitter")
+      ->type_name("X")
+      ->check(FiniteNumber());
+  OneOf(grad->add_option("--mixin", g->prefix_mixin, "overrides model.prefix_mixin"),
+        {{"on", 1}, {"off", 0}});
+  grad->add_option("--seed", g->seed, "seed of the step's random draws")
+      ->type_name("S")
+      ->transform(IntIn(INT64_MIN))
+      ->capture_default_str();
+  grad->add_option("--recompute", g->recompute, "activation recomputation")
+      ->type_name("none|selective|full")
+      ->capture_default_str();
+  AddBackendOptions(*grad, &g->backend);
+  grad->add_option("--out", g->out, "gradients to write")->type_name("G.safetensors")->required();
+
+  return {app, [init, i, g] {
+            const Status s = init->parsed() ? Init(*i) : Grad(*g);
+            return s.ok() ? 0 : Fail(s);
+          }};
 }
 
 }  // namespace fullband::cli

@@ -2,21 +2,25 @@
 
 #include <cstdio>
 
+#include "cli/json_line.h"
+
 namespace fullband::cli {
 
 void PrintStepRecord(const worker::StepRecord& r, bool json) {
   if (json) {
-    std::printf("{\"step\": %ld, \"passes\": %ld, \"loss\": %.6f, \"pass_loss\": [", r.step + 1,
-                r.passes, r.total_loss);
-    for (size_t k = 0; k < r.pass_loss.size(); ++k) {
-      std::printf("%s%.6f", k ? ", " : "", r.pass_loss[k]);
-    }
-    std::printf(
-        "], \"grad_norm\": %.4f, \"lr\": %.3e, \"tokens\": %ld, \"token_equivalents\": %ld, "
-        "\"step_s\": %.4f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"comm_exposed_s\": %.4f, "
-        "\"comm_hidden\": %.3f}\n",
-        r.grad_norm, r.lr, r.tokens, r.token_equivalents, r.step_seconds, r.tokens_per_s, r.mfu,
-        r.comm_exposed_seconds, r.comm_hidden_fraction);
+    PrintJsonLine(OrderedJson{{"step", r.step + 1},
+                              {"passes", r.passes},
+                              {"loss", r.total_loss},
+                              {"pass_loss", r.pass_loss},
+                              {"grad_norm", r.grad_norm},
+                              {"lr", r.lr},
+                              {"tokens", r.tokens},
+                              {"token_equivalents", r.token_equivalents},
+                              {"step_s", r.step_seconds},
+                              {"tokens_per_s", r.tokens_per_s},
+                              {"mfu", r.mfu},
+                              {"comm_exposed_s", r.comm_exposed_seconds},
+                              {"comm_hidden", r.comm_hidden_fraction}});
   } else {
     std::printf("step %5ld/%ld  K=%ld  loss %.4f [", r.step + 1, r.total_steps, r.passes,
                 r.total_loss);
@@ -35,10 +39,13 @@ bool LogThisStep(const worker::StepRecord& r, int64_t every) {
 
 void PrintSummary(const worker::TrainSummary& s, bool json) {
   if (json) {
-    std::printf(
-        "{\"summary\": true, \"steps\": %ld, \"tokens\": %ld, \"token_equivalents\": %ld, "
-        "\"seconds\": %.2f, \"tokens_per_s\": %.1f, \"peak_gflops\": %.1f}\n",
-        s.steps, s.tokens, s.token_equivalents, s.seconds, s.tokens / s.seconds, s.peak_gflops);
+    PrintJsonLine(OrderedJson{{"summary", true},
+                              {"steps", s.steps},
+                              {"tokens", s.tokens},
+                              {"token_equivalents", s.token_equivalents},
+                              {"seconds", s.seconds},
+                              {"tokens_per_s", s.tokens / s.seconds},
+                              {"peak_gflops", s.peak_gflops}});
   } else {
     std::printf("done: %ld steps, %ld tokens, %ld token-equivalents in %.1f s (%.0f tok/s)\n",
                 s.steps, s.tokens, s.token_equivalents, s.seconds, s.tokens / s.seconds);

@@ -1,32 +1,31 @@
 // `fullband tokenize` (README.md, "Command line"): the Phi-4 ids of stdin or a file,
 // space-separated or as JSON, and with --decode the bytes of ids. Exit 2 with one line on bad input
 // (unreadable file, bad ranks file, an id that is not a number or not in the vocabulary).
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/json_line.h"
+#include "cli/options.h"
 #include "dataloader/tokenizer.h"
 
 namespace fullband::cli {
 namespace {
 
-constexpr char kTokenizeUsage[] =
-    "usage: fullband tokenize [--input FILE] [--allow-special] [--json] [--tokenizer RANKS]\n"
-    "       fullband tokenize --decode [--input FILE] [--tokenizer RANKS]\n"
-    "  Prints the Phi-4 token ids of FILE (default: stdin), space-separated, or\n"
-    "  {\"ids\": [...], \"replaced\": N} with --json (N: ill-formed UTF-8 sequences replaced by\n"
-    "  U+FFFD). Special-token text such as <|endoftext|> is ordinary text unless\n"
-    "  --allow-special. --decode reads ids (separated by spaces, commas or newlines) and writes\n"
-    "  their bytes. RANKS defaults to $FULLBAND_TOKENIZER_RANKS or the file that\n"
-    "  scripts/fetch_deps.sh fetched.\n";
+struct TokenizeArgs {
+  std::string input;  // "" or "-": stdin
+  std::string tokenizer;
+  bool allow_special = false, json = false, decode = false;
+};
 
 StatusOr<std::string> ReadInput(const std::string& path) {
   std::ostringstream buffer;
@@ -73,16 +72,10 @@ StatusOr<std::vector<uint32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
-Status Tokenize(const Flags& flags) {
-  if (!flags.positional().empty()) {
-    return InvalidArgumentError("unexpected argument '" + flags.positional()[0] +
-                                "' (the input is --input FILE or stdin)");
-  }
-  FB_ASSIGN_OR_RETURN(dataloader::Tokenizer tokenizer,
-                      dataloader::Tokenizer::Load(
-                          flags.Get("tokenizer", dataloader::Tokenizer::DefaultRanksPath())));
-  FB_ASSIGN_OR_RETURN(std::string input, ReadInput(flags.Get("input", "")));
-  if (flags.Has("decode")) {
+Status Tokenize(const TokenizeArgs& args) {
+  FB_ASSIGN_OR_RETURN(dataloader::Tokenizer tokenizer, dataloader::Tokenizer::Load(args.tokenizer));
+  FB_ASSIGN_OR_RETURN(std::string input, ReadInput(args.input));
+  if (args.decode) {
     FB_ASSIGN_OR_RETURN(std::vector<uint32_t> ids, ParseIds(input));
     FB_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(ids));
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -90,16 +83,19 @@ Status Tokenize(const Flags& flags) {
   }
   std::vector<uint32_t> ids;
   dataloader::Tokenizer::EncodeStats stats;
-  tokenizer.Encode(input, flags.Has("allow-special"), &ids, &stats);
-  std::string out = flags.Has("json") ? "{\"ids\": [" : "";
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0) out += flags.Has("json") ? ", " : " ";
-    out += std::to_string(ids[i]);
+  tokenizer.Encode(input, args.allow_special, &ids, &stats);
+  if (args.json) {
+    PrintJsonLine(OrderedJson{{"ids", ids}, {"replaced", stats.replaced}});
+  } else {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  if (flags.Has("json")) out += "], \"replaced\": " + std::to_string(stats.replaced) + "}";
-  out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  if (!flags.Has("json") && stats.replaced > 0) {
+  if (!args.json && stats.replaced > 0) {
     std::fprintf(stderr, "fullband tokenize: replaced %ld ill-formed UTF-8 sequences by U+FFFD\n",
                  static_cast<long>(stats.replaced));
   }
@@ -108,24 +104,32 @@ Status Tokenize(const Flags& flags) {
 
 }  // namespace
 
-int RunTokenize(const std::vector<std::string>& args) {
-  for (const auto& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", kTokenizeUsage);
-      return 0;
-    }
-  }
-  StatusOr<Flags> flags =
-      Flags::Parse(args, {"input", "tokenizer"}, {"allow-special", "json", "decode"});
-  Status status = flags.ok() ? Tokenize(*flags) : flags.status();
-  if (!status.ok()) {
-    std::fprintf(stderr, "fullband tokenize: %s\n", status.message().c_str());
-    return status.code() == StatusCode::kInvalidArgument ||
-                   status.code() == StatusCode::kNotFound || status.code() == StatusCode::kDataLoss
-               ? 2
-               : 1;
-  }
-  return 0;
+Command AddTokenize(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "tokenize", "print the Phi-4 token ids of stdin or a file (--json, --decode)");
+  app->footer(
+      "Prints the Phi-4 token ids of FILE (default: stdin), space-separated, or\n"
+      "{\"ids\": [...], \"replaced\": N} with --json (N: ill-formed UTF-8 sequences replaced by\n"
+      "U+FFFD). --decode reads ids (separated by spaces, commas or newlines) and writes their\n"
+      "bytes (docs/DATA.md).");
+  auto args = std::make_shared<TokenizeArgs>();
+  app->add_option("--input", args->input, "the text, or the ids with --decode (default: stdin)")
+      ->type_name("FILE");
+  app->add_flag("--allow-special", args->allow_special,
+                "special-token text such as <|endoftext|> becomes its id (else ordinary text)");
+  app->add_flag("--json", args->json, "print {\"ids\": [...], \"replaced\": N}");
+  app->add_flag("--decode", args->decode, "read ids and write their bytes");
+  AddTokenizerOption(*app, &args->tokenizer);
+  return {app, [args] {
+            const Status status = Tokenize(*args);
+            if (status.ok()) return 0;
+            std::fprintf(stderr, "fullband tokenize: %s\n", status.message().c_str());
+            const StatusCode c = status.code();
+            return c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound ||
+                           c == StatusCode::kDataLoss
+                       ? 2
+                       : 1;
+          }};
 }
 
 }  // namespace fullband::cli

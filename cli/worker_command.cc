@@ -5,14 +5,16 @@
 // broadcasts the registration and every step to the group; every rank trains; rank 0 reports.
 // Exit codes: 0 when the budget is spent or the coordinator ended the job; 1 on an error, after
 // rank 0 has reported it (ReportFailure) where it could, with the whole group aborted so that
-// no rank is left waiting for a dead peer.
+// no rank is left waiting for a dead peer; 2 on bad usage (a flag, or a variable the launcher
+// sets, that does not parse), before anything starts.
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "cli/step_log.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
@@ -24,18 +26,19 @@
 namespace fullband::cli {
 namespace {
 
-constexpr char kWorkerUsage[] =
-    "usage: fullband worker [--collective-timeout SECONDS] [--lease-timeout SECONDS] [--json]\n"
-    "                       [--failpoint NAME@STEP --failpoint-rank R]\n"
-    "  One rank of a job's worker group; the coordinator's launcher starts it under mpirun\n"
-    "  with FULLBAND_COORDINATOR, FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN and\n"
-    "  FULLBAND_TLS_CA set. --collective-timeout (default 60): how long a rank waits for its\n"
-    "  peers in a collective before the group is aborted; --lease-timeout (default 600): how\n"
-    "  long the ranks wait for rank 0's next step (its retries of the coordinator included).\n"
-    "  Checkpoints go to checkpoint.dir, or FULLBAND_JOB_DIR/checkpoints when it is \"\".\n"
-    "  --failpoint (crash tests): rank R (default 0) of attempt 0 kills itself at NAME@STEP,\n"
-    "  checkpoint.after_shard (its shard written, before the manifest) or\n"
-    "  checkpoint.after_rename (rank 0: committed on disk, not yet reported).\n";
+struct WorkerArgs {
+  // From the launcher, through the environment (AddWorker).
+  coordinator::ClientOptions client;
+  std::string job_id;
+  int64_t attempt = 0;
+  std::string job_dir;
+  int64_t collective_timeout_s = 60;
+  int64_t lease_timeout_s = 600;
+  bool json = false;
+  std::string failpoint;  // NAME@STEP, "" = none
+  int64_t failpoint_rank = 0;
+  ops::BackendOptions backend;  // device and threads: the job's runtime
+};
 
 struct Registration {
   Config config;
@@ -44,25 +47,24 @@ struct Registration {
   std::string checkpoint_path;
 };
 
-// Rank 0 registers with the coordinator named by the environment.
-StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(int world_size) {
-  const char* job = std::getenv("FULLBAND_JOB_ID");
-  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-  if (job == nullptr) {
+// Rank 0 registers with the coordinator the launcher named.
+StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(const WorkerArgs& args,
+                                                                   int world_size) {
+  if (args.job_id.empty()) {
     return InvalidArgumentError(
         "FULLBAND_JOB_ID is not set: `fullband worker` is started by the coordinator's launcher");
   }
-  return coordinator::WorkerClient::Register(coordinator::ClientOptions::FromEnvironment(), job,
-                                             attempt ? std::atoll(attempt) : 0, world_size);
+  return coordinator::WorkerClient::Register(args.client, args.job_id, args.attempt, world_size);
 }
 
 // Rank 0 registers; the registration (or its error) reaches every rank.
 // `timeout` covers rank 0's retries of the coordinator.
-StatusOr<Registration> Register(worker::Communicator& world, std::chrono::milliseconds timeout,
+StatusOr<Registration> Register(worker::Communicator& world, const WorkerArgs& args,
+                                std::chrono::milliseconds timeout,
                                 std::unique_ptr<coordinator::WorkerClient>* client) {
   StatusOr<std::string> mine = std::string();
   if (world.rank() == 0) {
-    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c = RegisterRank0(world.size());
+    StatusOr<std::unique_ptr<coordinator::WorkerClient>> c = RegisterRank0(args, world.size());
     if (c.ok()) {
       *client = std::move(*c);
       mine = (*client)->registration().SerializeAsString();
@@ -82,20 +84,18 @@ StatusOr<Registration> Register(worker::Communicator& world, std::chrono::millis
 }
 
 // --failpoint NAME@STEP on rank --failpoint-rank of attempt 0 (a relaunch runs clean).
-Status ArmFailpoint(const Flags& flags, int rank) {
-  if (!flags.Has("failpoint")) return OkStatus();
-  FB_ASSIGN_OR_RETURN(const int64_t which, flags.GetInt("failpoint-rank", 0));
-  const char* attempt = std::getenv("FULLBAND_ATTEMPT");
-  if (which != rank || (attempt != nullptr && std::atoll(attempt) != 0)) return OkStatus();
-  return failpoint::Arm(flags.Get("failpoint", ""));
+Status ArmFailpoint(const WorkerArgs& args, int rank) {
+  if (args.failpoint.empty() || args.failpoint_rank != rank || args.attempt != 0) {
+    return OkStatus();
+  }
+  return failpoint::Arm(args.failpoint);
 }
 
 // Where the job's checkpoints go: checkpoint.dir, or the job's directory that the coordinator
 // names in FULLBAND_JOB_DIR.
-std::string CheckpointRoot(const Config& config) {
+std::string CheckpointRoot(const Config& config, const std::string& job_dir) {
   if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
-  const char* job_dir = std::getenv("FULLBAND_JOB_DIR");
-  if (job_dir != nullptr && job_dir[0] != '\0') return std::string(job_dir) + "/checkpoints";
+  if (!job_dir.empty()) return job_dir + "/checkpoints";
   FB_LOG(WARNING) << "neither checkpoint.dir nor FULLBAND_JOB_DIR is set: this job saves no "
                      "checkpoints and restarts from step 0";
   return "";
@@ -127,22 +127,18 @@ StatusOr<std::optional<dataloader::SamplerCursor>> Resume(worker::Trainer& train
 }
 
 // Everything after MPI is up; returns how the run ended.
-StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& flags,
+StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArgs& args,
                                     std::unique_ptr<coordinator::WorkerClient>* client) {
-  FB_ASSIGN_OR_RETURN(const int64_t collective_s, flags.GetInt("collective-timeout", 60));
-  FB_ASSIGN_OR_RETURN(const int64_t lease_s, flags.GetInt("lease-timeout", 600));
-  if (collective_s < 1 || lease_s < 1) {
-    return InvalidArgumentError("--collective-timeout and --lease-timeout must be >= 1 second");
-  }
-  world.set_timeout(std::chrono::seconds(collective_s));
-  FB_RETURN_IF_ERROR(ArmFailpoint(flags, world.rank()));
-  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, std::chrono::seconds(lease_s), client));
+  const auto lease_timeout = std::chrono::seconds(args.lease_timeout_s);
+  world.set_timeout(std::chrono::seconds(args.collective_timeout_s));
+  FB_RETURN_IF_ERROR(ArmFailpoint(args, world.rank()));
+  FB_ASSIGN_OR_RETURN(Registration reg, Register(world, args, lease_timeout, client));
   const Config& config = reg.config;
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
-                      worker::CreateRuntimeBackend(config.runtime));
+                      worker::CreateRuntimeBackend(config.runtime, args.backend));
   FB_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::Trainer> trainer,
-      worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config)));
+      worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config, args.job_dir)));
   const worker::Layout& layout = trainer->layout();
   std::optional<dataloader::SamplerCursor> cursor;
   if (reg.resume_step != 0) {
@@ -156,31 +152,22 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const Flags& fl
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
                  << ", " << data->description();
   }
-  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps,
-                                      std::chrono::seconds(lease_s));
-  const bool json = flags.Has("json");
+  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps, lease_timeout);
+  const bool json = args.json;
   const int64_t every = config.runtime.log_every;
   return trainer->Run(steps, *data, [&](const worker::StepRecord& r) {
     if (world.rank() == 0 && LogThisStep(r, every)) PrintStepRecord(r, json);
   });
 }
 
-}  // namespace
-
-int RunWorker(const std::vector<std::string>& args) {
-  StatusOr<Flags> flags =
-      Flags::Parse(args, {"collective-timeout", "lease-timeout", "failpoint", "failpoint-rank"},
-                   {"json", "help"});
-  if (!flags.ok() || flags->Has("help") || !flags->positional().empty()) {
-    return Usage(kWorkerUsage, flags, "worker");
-  }
+int RunWorker(const WorkerArgs& args) {
   StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
   if (!group.ok()) {
     std::fprintf(stderr, "fullband worker: %s\n", group.status().ToString().c_str());
     return 1;
   }
   std::unique_ptr<coordinator::WorkerClient> client;  // rank 0's, once registered
-  StatusOr<worker::TrainSummary> summary = Work(*group->world, *flags, &client);
+  StatusOr<worker::TrainSummary> summary = Work(*group->world, args, &client);
   if (!summary.ok()) {
     const int rank = group->world->rank();
     std::fprintf(stderr, "fullband worker: rank %d: %s\n", rank,
@@ -198,9 +185,57 @@ int RunWorker(const std::vector<std::string>& args) {
     if (!summary->stop_reason.empty()) {
       std::printf("stopping: %s\n", summary->stop_reason.c_str());
     }
-    PrintSummary(*summary, flags->Has("json"));
+    PrintSummary(*summary, args.json);
   }
   return 0;
+}
+
+}  // namespace
+
+Command AddWorker(CLI::App& fullband) {
+  CLI::App* app = fullband.add_subcommand(
+      "worker", "one rank of a coordinated job's worker group (started by the coordinator)");
+  app->footer(
+      "The coordinator's launcher starts it under mpirun and sets the environment variables of\n"
+      "the launcher's options (docs/PARALLEL.md). Checkpoints go to checkpoint.dir, or to\n"
+      "--job-dir/checkpoints when it is \"\". Failpoints: checkpoint.after_shard (its shard\n"
+      "written, before the manifest), checkpoint.after_rename (rank 0: committed on disk, not\n"
+      "yet reported).");
+  auto args = std::make_shared<WorkerArgs>();
+  app->option_defaults()->group("The launcher's options");
+  AddClientOptions(*app, &args->client, "FULLBAND_WORKER_TOKEN");
+  app->add_option("--job-id", args->job_id, "the job this group runs")->envname("FULLBAND_JOB_ID");
+  app->add_option("--attempt", args->attempt, "the job's attempt this group is")
+      ->type_name("N")
+      ->transform(IntIn(0))
+      ->envname("FULLBAND_ATTEMPT")
+      ->capture_default_str();
+  app->add_option("--job-dir", args->job_dir, "the job's directory")
+      ->type_name("DIR")
+      ->envname("FULLBAND_JOB_DIR");
+  app->option_defaults()->group("Options");
+  app->add_option("--collective-timeout", args->collective_timeout_s,
+                  "how long a rank waits for its peers in a collective before the group is "
+                  "aborted")
+      ->type_name("SECONDS")
+      ->transform(IntIn(1))
+      ->capture_default_str();
+  app->add_option("--lease-timeout", args->lease_timeout_s,
+                  "how long the ranks wait for rank 0's next step (its retries of the "
+                  "coordinator included)")
+      ->type_name("SECONDS")
+      ->transform(IntIn(1))
+      ->capture_default_str();
+  app->add_flag("--json", args->json, "one JSON object per logged step and one for the summary");
+  app->add_option("--failpoint", args->failpoint,
+                  "crash tests: rank --failpoint-rank of attempt 0 kills itself at NAME@STEP")
+      ->type_name("NAME@STEP");
+  app->add_option("--failpoint-rank", args->failpoint_rank, "the rank --failpoint kills")
+      ->type_name("R")
+      ->transform(IntIn(0))
+      ->capture_default_str();
+  AddBackendOptions(*app, &args->backend);
+  return {app, [args] { return RunWorker(*args); }};
 }
 
 }  // namespace fullband::cli

@@ -1,8 +1,8 @@
 #include "common/logging.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -12,20 +12,21 @@
 namespace fullband {
 namespace {
 
-LogLevel ThresholdFromEnv() {
-  const char* env = std::getenv("FULLBAND_LOG_LEVEL");
-  if (env == nullptr) return LogLevel::kInfo;
-  if (std::strcmp(env, "DEBUG") == 0) return LogLevel::kDebug;
-  if (std::strcmp(env, "WARNING") == 0) return LogLevel::kWarning;
-  if (std::strcmp(env, "ERROR") == 0) return LogLevel::kError;
-  return LogLevel::kInfo;
-}
+std::atomic<int> threshold{static_cast<int>(LogLevel::kInfo)};
 
 }  // namespace
 
+const char* LogLevelName(LogLevel level) {
+  static const char* const kNames[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+  return kNames[static_cast<int>(level)];
+}
+
+void SetLogThreshold(LogLevel level) {
+  threshold.store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
 bool LogEnabled(LogLevel level) {
-  static const LogLevel threshold = ThresholdFromEnv();
-  return static_cast<int>(level) >= static_cast<int>(threshold);
+  return static_cast<int>(level) >= threshold.load(std::memory_order_relaxed);
 }
 
 namespace internal {
@@ -33,7 +34,6 @@ namespace internal {
 // The prefix's time is UTC wall-clock time to the millisecond, so that the logs of the
 // coordinator and of every rank on every machine line up.
 LogMessage::LogMessage(LogLevel level, const char* file, int line) {
-  static const char kLetters[] = {'D', 'I', 'W', 'E'};
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   const auto millis =
@@ -44,8 +44,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) {
   std::strftime(time, sizeof(time), "%Y-%m-%dT%H:%M:%S", &utc);
   const char* base = std::strrchr(file, '/');
   char prefix[128];
-  std::snprintf(prefix, sizeof(prefix), "%c %s.%03dZ %s:%d] ", kLetters[static_cast<int>(level)],
-                time, static_cast<int>(millis), base ? base + 1 : file, line);
+  std::snprintf(prefix, sizeof(prefix), "%c %s.%03dZ %s:%d] ", LogLevelName(level)[0], time,
+                static_cast<int>(millis), base ? base + 1 : file, line);
   stream_ << prefix;
 }
 

@@ -2,7 +2,8 @@
 // One line per statement, prefixed with level, UTC time (ms) and file:line:
 //   I 2026-12-07T08:40:01.123Z trainer.cc:449] resuming at step 40 from ...
 // Thread-safe: each statement is formatted into a buffer and written with one call.
-// The threshold comes from FULLBAND_LOG_LEVEL (DEBUG|INFO|WARNING|ERROR), default INFO.
+// Messages below the process's threshold (INFO unless SetLogThreshold says otherwise) are dropped;
+// the fullband binary sets it from --log-level or FULLBAND_LOG_LEVEL.
 #pragma once
 
 #include <sstream>
@@ -12,6 +13,14 @@
 namespace fullband {
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// Every level, and its name ("DEBUG", "INFO", "WARNING", "ERROR").
+inline constexpr LogLevel kLogLevels[] = {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarning,
+                                          LogLevel::kError};
+const char* LogLevelName(LogLevel level);
+
+// Messages at `level` and above are printed from now on, by every thread.
+void SetLogThreshold(LogLevel level);
 
 // True when messages at `level` are printed.
 bool LogEnabled(LogLevel level);

@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <random>
 
 #include "common/logging.h"
@@ -48,15 +47,6 @@ uint64_t NewIncarnation() {
 }
 
 }  // namespace
-
-ClientOptions ClientOptions::FromEnvironment() {
-  ClientOptions o;
-  if (const char* v = std::getenv("FULLBAND_COORDINATOR")) o.address = v;
-  if (const char* v = std::getenv("FULLBAND_TOKEN")) o.token = v;
-  if (const char* v = std::getenv("FULLBAND_WORKER_TOKEN")) o.token = v;
-  if (const char* v = std::getenv("FULLBAND_TLS_CA")) o.tls_ca_file = v;
-  return o;
-}
 
 StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
   grpc::ChannelArguments args;

@@ -39,10 +39,6 @@ struct ClientOptions {
   int max_attempts = 8;  // per call, for UNAVAILABLE / DEADLINE_EXCEEDED
   double retry_backoff_seconds = 0.05;
   double max_retry_backoff_seconds = 5;
-
-  // Fills address, token and tls_ca_file from FULLBAND_COORDINATOR, FULLBAND_WORKER_TOKEN
-  // (or FULLBAND_TOKEN) and FULLBAND_TLS_CA where set.
-  static ClientOptions FromEnvironment();
 };
 
 // Errors of MakeClientTlsCredentials (tls.h) when the CA file is bad.

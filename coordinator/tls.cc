@@ -7,7 +7,6 @@
 #include <openssl/x509.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -85,14 +84,6 @@ StatusOr<std::string> LoadCaBundle(const std::string& ca_file) {
 }
 
 }  // namespace
-
-std::string DefaultTlsDir() {
-  if (const char* dir = std::getenv("FULLBAND_TLS_DIR"); dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : ".") + "/.config/fullband/tls";
-}
 
 TlsFiles TlsFiles::InDir(const std::string& dir) {
   return {dir + "/ca.crt", dir + "/server.crt", dir + "/server.key"};

@@ -2,7 +2,8 @@
 // them: each file is read and parsed, the key must match the certificate and the certificate
 // must be within its validity period. Errors: NOT_FOUND (no such file), INVALID_ARGUMENT
 // (unreadable, not PEM, mismatched key, expired), each naming the file. Stateless and
-// thread-safe. scripts/gen_certs.sh makes a local CA and server certificate in TlsDir().
+// thread-safe. scripts/gen_certs.sh makes a local CA and server certificate (TlsFiles) in
+// $FULLBAND_TLS_DIR or ~/.config/fullband/tls (docs/COORDINATOR.md, "TLS").
 #pragma once
 
 #include <grpcpp/security/credentials.h>
@@ -14,10 +15,6 @@
 #include "common/status.h"
 
 namespace fullband::coordinator {
-
-// Where gen_certs.sh writes and fullband looks by default: $FULLBAND_TLS_DIR, else
-// $HOME/.config/fullband/tls.
-std::string DefaultTlsDir();
 
 // The files gen_certs.sh writes into one directory.
 struct TlsFiles {

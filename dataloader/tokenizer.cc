@@ -316,11 +316,7 @@ class Splitter {
 
 }  // namespace
 
-std::string Tokenizer::DefaultRanksPath() {
-  const char* env = std::getenv("FULLBAND_TOKENIZER_RANKS");
-  if (env != nullptr && env[0] != '\0') return env;
-  return FULLBAND_DEFAULT_TOKENIZER_RANKS;
-}
+std::string Tokenizer::DefaultRanksPath() { return FULLBAND_DEFAULT_TOKENIZER_RANKS; }
 
 namespace {
 
@@ -333,8 +329,8 @@ StatusOr<RankFile> ReadRankFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return NotFoundError("tokenizer ranks " + path +
-                         ": cannot open (run scripts/fetch_deps.sh, or set "
-                         "FULLBAND_TOKENIZER_RANKS)");
+                         ": cannot open (run scripts/fetch_deps.sh, or give fullband another "
+                         "with --tokenizer or FULLBAND_TOKENIZER_RANKS)");
   }
   RankFile file;
   while (in) {

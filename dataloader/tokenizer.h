@@ -32,7 +32,7 @@ class Tokenizer {
   // rank below kNumRanks or single byte (every id must decode and every byte must encode).
   // Builds the tables on one thread per core (at most 8) for a few milliseconds.
   static StatusOr<Tokenizer> Load(const std::string& ranks_path);
-  // $FULLBAND_TOKENIZER_RANKS if set, else the file scripts/fetch_deps.sh fetched
+  // The file scripts/fetch_deps.sh fetched
   // (<source dir>/.deps/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken).
   static std::string DefaultRanksPath();
 

@@ -1,15 +1,13 @@
 // Backend creation. The CPU backend is linked in; the CUDA backend is a plugin
-// (libfullband_cuda.so, ops/cuda/plugin.h) loaded on first use from, in order: the path in
-// $FULLBAND_CUDA_PLUGIN, the directory of the running executable and its ../ops, and the build
-// tree it was compiled in. CudaPluginSymbol hands its other entry points (the NCCL
-// communicator's) to the layers above.
+// (libfullband_cuda.so, ops/cuda/plugin.h) loaded on first use (Note [CUDA plugin] in
+// ops/backend.h). CudaPluginSymbol hands its other entry points (the NCCL communicator's) to the
+// layers above.
 #include "ops/backend.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,11 +35,11 @@ std::string ExecutableDir() {
 }
 #endif
 
-CudaPlugin LoadCudaPlugin() {
+CudaPlugin LoadCudaPlugin([[maybe_unused]] const std::string& first) {
   CudaPlugin p;
 #if FULLBAND_HAVE_CUDA
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("FULLBAND_CUDA_PLUGIN")) candidates.push_back(env);
+  if (!first.empty()) candidates.push_back(first);
   const std::string dir = ExecutableDir();
   candidates.push_back(dir + "/" FULLBAND_CUDA_PLUGIN_FILE);
   candidates.push_back(dir + "/../ops/" FULLBAND_CUDA_PLUGIN_FILE);
@@ -79,16 +77,16 @@ CudaPlugin LoadCudaPlugin() {
   return p;
 }
 
-// The plugin is loaded once per process and never unloaded (backends may outlive any owner).
-const CudaPlugin& Plugin() {
-  static const CudaPlugin plugin = LoadCudaPlugin();
+// Note [CUDA plugin] in ops/backend.h: the first call loads it.
+const CudaPlugin& Plugin(const std::string& first = {}) {
+  static const CudaPlugin plugin = LoadCudaPlugin(first);
   return plugin;
 }
 
 }  // namespace
 
-bool CudaAvailable() {
-  const CudaPlugin& p = Plugin();
+bool CudaAvailable(const std::string& cuda_plugin) {
+  const CudaPlugin& p = Plugin(cuda_plugin);
   return p.available != nullptr && p.available() != 0;
 }
 
@@ -118,7 +116,7 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
       return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options.num_threads, simd));
     }
     case Device::kCuda: {
-      const CudaPlugin& p = Plugin();
+      const CudaPlugin& p = Plugin(options.cuda_plugin);
       if (p.create == nullptr) return UnavailableError(p.error);
       int code = 0;
       char message[512] = {0};

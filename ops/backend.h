@@ -176,16 +176,24 @@ struct BackendOptions {
   int num_threads = 0;   // CPU: worker threads, 0 = all cores
   int device_index = 0;  // CUDA: which GPU
   // CPU: the instruction set of the vectorized loops ("sse", "avx2", "avx512"); empty = the
-  // widest this CPU runs, or FULLBAND_CPU_ISA when set (ops/cpu/simd_kernels.h).
+  // widest this CPU runs (ops/cpu/simd_kernels.h).
   std::string cpu_isa{};
+  // CUDA: the plugin file to try first (Note [CUDA plugin] below).
+  std::string cuda_plugin{};
 };
 
 // Creates a backend. UNAVAILABLE when the device is not present or fullband was built
 // without it (the message says which).
 StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
+// Note [CUDA plugin]: the CUDA backend lives in a plugin, libfullband_cuda.so, loaded once per
+// process by the first call below that needs it, and never unloaded (backends may outlive any
+// owner). It is looked for at `cuda_plugin` (when given), then next to the running executable
+// and in its ../ops, then in the build tree it was compiled in; later calls use the plugin
+// loaded then, whatever `cuda_plugin` they name.
+
 // True when a CUDA backend can be created here (built with CUDA and a GPU is visible).
-bool CudaAvailable();
+bool CudaAvailable(const std::string& cuda_plugin = {});
 
 // The CUDA plugin's C entry point `symbol` (ops/cuda/plugin.h), for the components above ops
 // that the plugin implements (worker/nccl_communicator.cc); cast it to the plugin.h type of that

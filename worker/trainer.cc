@@ -48,11 +48,11 @@ double MeasurePeakGflops(ops::Backend& be) {
   return best;
 }
 
-StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime) {
-  ops::BackendOptions bo;
-  bo.device = runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
-  bo.num_threads = static_cast<int>(runtime.threads);
-  return ops::CreateBackend(bo);
+StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime,
+                                                             ops::BackendOptions options) {
+  options.device = runtime.device == "cuda" ? ops::Device::kCuda : ops::Device::kCpu;
+  options.num_threads = static_cast<int>(runtime.threads);
+  return ops::CreateBackend(options);
 }
 
 StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank) {
@@ -428,9 +428,11 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
 
 StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step,
-                                  const std::string& resume) {
+                                  const std::string& resume,
+                                  const ops::BackendOptions& backend_options) {
   FB_RETURN_IF_ERROR(config.Validate());
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, CreateRuntimeBackend(config.runtime));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend,
+                      CreateRuntimeBackend(config.runtime, backend_options));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(config, backend.get(), comm, config.checkpoint.dir));
   const StepPlan& plan = trainer->plan();

@@ -68,8 +68,10 @@ struct TrainSummary {
 // The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
 double MeasurePeakGflops(ops::Backend& backend);
 
-// The backend that runtime.device and runtime.threads ask for.
-StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime);
+// The backend that runtime.device and runtime.threads ask for, with the rest of `options` (the
+// CPU kernels' instruction set, the CUDA plugin) as the process was told.
+StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime,
+                                                             ops::BackendOptions options = {});
 
 // The layout of the ranks of `world` for `config.parallel`: this rank's place in it.
 struct Layout {
@@ -173,9 +175,11 @@ class Trainer {
 // `fullband train`: the run of `config` on this process's backend with the local step plan,
 // over `comm` (one rank, or an mpirun group laid out by config.parallel), from step 0 or, with
 // `resume` set, from that checkpoint (a step-<N> directory, or a root whose newest complete
-// checkpoint is taken). Checkpoints go to config.checkpoint.dir (none when it is "").
+// checkpoint is taken). Checkpoints go to config.checkpoint.dir (none when it is ""). The backend:
+// CreateRuntimeBackend(config.runtime, backend).
 StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step,
-                                  const std::string& resume = "");
+                                  const std::string& resume = "",
+                                  const ops::BackendOptions& backend = {});
 
 }  // namespace fullband::worker

@@ -73,8 +73,14 @@ void GemmSerial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 
 void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                  int64_t ldc) {
+                  int64_t ldc, int threads) {
+  // oneDNN's sgemm runs on as many threads as the calling thread's OpenMP default
+  // (omp_get_max_threads); that default is this call's count only while it runs, so neither the
+  // caller nor the process keeps a setting made here.
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
   GemmCall(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  omp_set_num_threads(before);
 }
 
 CpuBackend::CpuBackend(int num_threads, const SimdKernels* simd)
@@ -82,8 +88,6 @@ CpuBackend::CpuBackend(int num_threads, const SimdKernels* simd)
                    ? num_threads
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
       simd_(simd) {
-  // oneDNN sizes its parallel regions from the OpenMP default; this backend owns that setting.
-  omp_set_num_threads(threads_);
   for (int i = 0; i < threads_ * kScratchSlots; ++i)
     scratch_.push_back(std::make_unique<Scratch>());
 }
@@ -178,7 +182,7 @@ void CpuBackend::GemmOne(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
     simd_->gemm_long_k(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, pack, threads_);
     return;
   }
-  GemmThreaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  GemmThreaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads_);
 }
 
 }  // namespace fullband::ops::cpu

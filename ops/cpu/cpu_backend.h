@@ -37,13 +37,13 @@ class Scratch {
 };
 
 // Single-threaded row-major sgemm (the caller is already inside a parallel region), and the
-// threaded one. Same semantics as Backend::Gemm for one matrix.
+// one on `threads` threads. Same semantics as Backend::Gemm for one matrix.
 void GemmSerial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
 void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                  int64_t ldc);
+                  int64_t ldc, int threads);
 
 // Whether the backend runs this product on `simd`'s long-K kernel (Note [Long-K GEMM] in
 // ops/cpu/simd_kernels.cc) rather than oneDNN: untransposed, and k at least 32·max(m, n). The

@@ -1,10 +1,8 @@
 // Picks the SimdKernels table for this CPU (ops/cpu/simd_kernels.h).
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
-#include "common/logging.h"
 #include "ops/cpu/simd_kernels.h"
 
 namespace fullband::ops::cpu {
@@ -70,12 +68,6 @@ StatusOr<const SimdKernels*> SimdKernelsFor(const std::string& isa) {
 }
 
 const SimdKernels& DefaultSimdKernels() {
-  const char* forced = std::getenv("FULLBAND_CPU_ISA");
-  if (forced != nullptr && forced[0] != '\0') {
-    StatusOr<const SimdKernels*> chosen = SimdKernelsFor(forced);
-    if (chosen.ok()) return **chosen;
-    FB_LOG(WARNING) << "FULLBAND_CPU_ISA: " << chosen.status().message() << "; using the widest";
-  }
   for (const Candidate& c : Candidates()) {
     if (c.supported) return *c.kernels;
   }

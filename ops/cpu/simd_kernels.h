@@ -87,9 +87,7 @@ std::vector<std::string> SupportedSimdIsas();
 // CPU has none for it.
 StatusOr<const SimdKernels*> SimdKernelsFor(const std::string& isa);
 
-// The widest supported table, or the one named by FULLBAND_CPU_ISA (sse, avx2, avx512) when
-// that variable is set (to compare instruction sets on one machine). A name this CPU does not
-// run is reported as a warning, and the widest table is used.
+// The widest supported table (BackendOptions::cpu_isa picks another).
 const SimdKernels& DefaultSimdKernels();
 
 }  // namespace fullband::ops::cpu

@@ -26,10 +26,19 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   return v ? std::atoll(v) : fallback;
 }
 
+// What the launcher sets for the worker (coordinator/local_launcher.h, Note [Worker
+// environment]), as `fullband worker` reads it.
+fullband::coordinator::ClientOptions ClientOptionsFromEnvironment() {
+  fullband::coordinator::ClientOptions o;
+  if (const char* v = std::getenv("FULLBAND_COORDINATOR")) o.address = v;
+  if (const char* v = std::getenv("FULLBAND_WORKER_TOKEN")) o.token = v;
+  if (const char* v = std::getenv("FULLBAND_TLS_CA")) o.tls_ca_file = v;
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using fullband::coordinator::ClientOptions;
   using fullband::coordinator::WorkerClient;
   int64_t step_ms = 1, fail_at = -1, crash_at = -1, every = 0, faulty_attempts = 1;
   std::string ckpt_dir = "checkpoints";
@@ -64,7 +73,7 @@ int main(int argc, char** argv) {
   const int64_t attempt = EnvInt("FULLBAND_ATTEMPT", 0);
   const bool faulty = attempt < faulty_attempts;
   const int64_t world = EnvInt("OMPI_COMM_WORLD_SIZE", 1);
-  auto worker = WorkerClient::Register(ClientOptions::FromEnvironment(), job, attempt, world);
+  auto worker = WorkerClient::Register(ClientOptionsFromEnvironment(), job, attempt, world);
   if (!worker.ok()) {
     std::fprintf(stderr, "fake_worker: register: %s\n", worker.status().ToString().c_str());
     return 1;

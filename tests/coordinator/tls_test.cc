@@ -203,17 +203,6 @@ TEST_F(TlsTest, Load_ExpiredOrNotYetValidCertificate_IsInvalidArgument) {
   EXPECT_TRUE(LoadServerTlsOptions(cert, key).ok());
 }
 
-TEST_F(TlsTest, DefaultTlsDir_FollowsTheEnvironment) {
-  const char* home = std::getenv("HOME");
-  const std::string saved_home = home != nullptr ? home : "";
-  setenv("FULLBAND_TLS_DIR", "/srv/tls", 1);
-  EXPECT_EQ(DefaultTlsDir(), "/srv/tls");
-  unsetenv("FULLBAND_TLS_DIR");
-  setenv("HOME", "/home/u", 1);
-  EXPECT_EQ(DefaultTlsDir(), "/home/u/.config/fullband/tls");
-  setenv("HOME", saved_home.c_str(), 1);
-}
-
 class EchoService final : public fullband::test::Echo::Service {
   grpc::Status Say(grpc::ServerContext*, const fullband::test::EchoRequest* request,
                    fullband::test::EchoReply* reply) override {

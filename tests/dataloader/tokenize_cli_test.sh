@@ -13,7 +13,7 @@ printf 'hello world' >"$tmp/in.txt"
 [ "$("$fullband" tokenize --input "$tmp/in.txt")" = "15339 1917" ] || fail "ids of a file"
 [ "$(printf 'hello world' | "$fullband" tokenize)" = "15339 1917" ] || fail "ids of stdin"
 json=$(printf 'a\xed\xa0\x80' | "$fullband" tokenize --json 2>/dev/null)
-[[ "$json" == *'"replaced": 3}' ]] || fail "json replacement count: $json"
+[[ "$json" == *'"replaced":3}' ]] || fail "json replacement count: $json"
 [ "$(printf 'a<|endoftext|>b' | "$fullband" tokenize --allow-special)" = "64 100257 65" ] ||
   fail "--allow-special"
 [ "$(printf 'a<|endoftext|>b' | "$fullband" tokenize | wc -w)" -gt 3 ] || fail "specials as text"

@@ -1,0 +1,41 @@
+// What several subcommands declare alike: checked numbers, and the options that fall back to an
+// environment variable (README.md, "Command line"). fullband reads its environment through such
+// options' CLI11 envname (these, `fullband worker`'s launcher options and --log-level), never in
+// the libraries: a flag wins over its variable, which wins over the default.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/client.h"
+#include "ops/backend.h"
+
+namespace fullband::cli {
+
+// An integer in [min, max], in decimal. Use with Option::transform: the value is rewritten in
+// canonical decimal, so that CLI11's own conversion (which reads 010 as octal) sees what was
+// checked. The error names the flag and the value.
+CLI::Validator IntIn(int64_t min, int64_t max = INT64_MAX);
+
+// A finite number (not nan or inf).
+CLI::Validator FiniteNumber();
+
+// Makes `option` take one of the names of `choices`, each standing for an integer (the value of
+// the enum or bool the option sets), and lists the names as its type in --help.
+CLI::Option* OneOf(CLI::Option* option,
+                   const std::vector<std::pair<std::string, int64_t>>& choices);
+
+// --cpu-isa (FULLBAND_CPU_ISA) and --cuda-plugin (FULLBAND_CUDA_PLUGIN), into *options.
+void AddBackendOptions(CLI::App& app, ops::BackendOptions* options);
+
+// --address (FULLBAND_COORDINATOR), --token (the variable `token_env`) and --tls-ca
+// (FULLBAND_TLS_CA), into *options.
+void AddClientOptions(CLI::App& app, coordinator::ClientOptions* options, const char* token_env);
+
+// --tokenizer RANKS (FULLBAND_TOKENIZER_RANKS, else the file scripts/fetch_deps.sh fetched).
+void AddTokenizerOption(CLI::App& app, std::string* ranks);
+
+}  // namespace fullband::cli
