@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "cli/backend_client_options.h"
 #include "cli/json_line.h"
-#include "cli/options.h"
 #include "common/config.h"
 #include "ops/backend.h"
 

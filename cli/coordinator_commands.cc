@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_client_options.h"
 #include "cli/commands.h"
-#include "cli/options.h"
 #include "common/config.h"
 #include "coordinator/client.h"
 #include "coordinator/service.h"

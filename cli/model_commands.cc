@@ -8,6 +8,7 @@
 #include <string>
 
 #include "checkpoint/safetensors.h"
+#include "cli/backend_client_options.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "common/config.h"

@@ -1,7 +1,9 @@
-// What several subcommands declare alike: checked numbers, and the options that fall back to an
+// What several commands declare alike: checked numbers, and the options that fall back to an
 // environment variable (README.md, "Command line"). fullband reads its environment through such
-// options' CLI11 envname (these, `fullband worker`'s launcher options and --log-level), never in
-// the libraries: a flag wins over its variable, which wins over the default.
+// options' CLI11 envname (these, cli/backend_client_options.h, `fullband worker`'s launcher
+// options and --log-level), never in the libraries: a flag wins over its variable, which wins
+// over the default. The library fullband_cli_options (cli/CMakeLists.txt) holds these for
+// fullband and the programs under bench/.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,9 +11,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "coordinator/client.h"
-#include "ops/backend.h"
 
 namespace fullband::cli {
 
@@ -27,13 +26,6 @@ CLI::Validator FiniteNumber();
 // the enum or bool the option sets), and lists the names as its type in --help.
 CLI::Option* OneOf(CLI::Option* option,
                    const std::vector<std::pair<std::string, int64_t>>& choices);
-
-// --cpu-isa (FULLBAND_CPU_ISA) and --cuda-plugin (FULLBAND_CUDA_PLUGIN), into *options.
-void AddBackendOptions(CLI::App& app, ops::BackendOptions* options);
-
-// --address (FULLBAND_COORDINATOR), --token (the variable `token_env`) and --tls-ca
-// (FULLBAND_TLS_CA), into *options.
-void AddClientOptions(CLI::App& app, coordinator::ClientOptions* options, const char* token_env);
 
 // --tokenizer RANKS (FULLBAND_TOKENIZER_RANKS, else the file scripts/fetch_deps.sh fetched).
 void AddTokenizerOption(CLI::App& app, std::string* ranks);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/backend_client_options.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/step_log.h"
