@@ -1,6 +1,6 @@
 // allreduce_bench: the all-reduce bus bandwidth of MpiCommunicator (worker/mpi_communicator.h)
 // against a plain MPI_Allreduce of the same buffer on the same ranks, in the same run.
-// Run under mpirun: `mpirun -np 2 build/bench/allreduce_bench [--mb 1,4,16,64] [--reps 20]`.
+// Run under mpirun: `mpirun -np 2 build/bench/allreduce_bench [FLAGS]` (--help lists them).
 // Rank 0 prints one JSON line per size:
 //   {"bench": "allreduce", "ranks": 2, "mb": 16, "communicator_gbps": …, "mpi_gbps": …,
 //    "ratio": …}
@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "cli/flags.h"
+#include "bench/bench_cli.h"
 #include "worker/mpi_communicator.h"
 
 namespace {
@@ -30,22 +30,21 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  auto flags = fullband::cli::Flags::Parse(args, {"mb", "reps"}, {});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "allreduce_bench: %s\n", flags.status().ToString().c_str());
-    return 2;
-  }
+  std::vector<int64_t> sizes_mb = {1, 4, 16, 64};
+  int reps = 20;
+  fullband::bench::CommandLine cl(
+      "allreduce_bench",
+      "All-reduce bus bandwidth of MpiCommunicator against MPI_Allreduce; run under mpirun.");
+  cl.AddInt("--mb", &sizes_mb, "buffer sizes in MB, comma-separated", 1)
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cl.AddInt("--reps", &reps, "timed reductions of each kind per size", 1);
+  if (const std::optional<int> exit = cl.Parse(argc, argv)) return *exit;
   auto session = fullband::worker::MpiSession::Init(&argc, &argv);
   if (!session.ok()) {
     std::fprintf(stderr, "allreduce_bench: %s\n", session.status().ToString().c_str());
     return 1;
   }
-  const fullband::StatusOr<int64_t> reps_flag = flags->GetInt("reps", 20);
-  const int reps = reps_flag.ok() ? static_cast<int>(*reps_flag) : 20;
-  std::vector<int64_t> sizes_mb;
-  std::stringstream list(flags->Get("mb", "1,4,16,64"));
-  for (std::string item; std::getline(list, item, ',');) sizes_mb.push_back(std::stoll(item));
   {
     auto comm = fullband::worker::MpiCommunicator::World();
     if (!comm.ok()) return 1;

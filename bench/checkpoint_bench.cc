@@ -8,18 +8,21 @@
 //          (the demo's B and T) — the pause as a fraction of a small-config step;
 //   load:  Restore of a one-rank checkpoint at one rank (files in the page cache), and of the
 //          same state written by a DP2 + ZeRO-1 group (reshard) against it.
-// Flags: --dir DIR (default: a new directory under the working directory; not /tmp, which may
-//        be a tmpfs) --reps N (default 3) --threads N (default 2).
+// `checkpoint_bench --help` lists the flags. The default --dir is under the working directory,
+// not /tmp, which may be a tmpfs.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
 #include "common/config.h"
 #include "common/random.h"
 #include "worker/checkpointer.h"
@@ -125,12 +128,28 @@ double StepSeconds(const Config& config, Rank& r) {
       1, 3);
 }
 
-int Main(const std::vector<std::string>& args) {
-  const cli::Flags flags = cli::Flags::Parse(args, {"dir", "reps", "threads"}, {}).value();
-  const int reps = static_cast<int>(flags.GetInt("reps", 3).value());
-  const int threads = static_cast<int>(flags.GetInt("threads", 2).value());
-  const std::string dir = flags.Get(
-      "dir", (fs::current_path() / ("checkpoint_bench." + std::to_string(getpid()))).string());
+struct Args {
+  int reps = 3, threads = 2;
+  std::string dir =
+      (fs::current_path() / ("checkpoint_bench." + std::to_string(getpid()))).string();
+};
+
+// The exit code when the command line says to stop: after --help, or bad usage.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  CommandLine cl("checkpoint_bench",
+                 "Sharded checkpoints of the README demo's model: save, the step's stall and "
+                 "load, each against a baseline; prints one JSON line.");
+  cl.AddString("--dir", &a->dir, "DIR", "where the checkpoints are written (removed after)");
+  cl.AddInt("--reps", &a->reps, "timed rounds, after one that warms up", 1);
+  cl.AddInt("--threads", &a->threads, "the backend's threads (0: every core)", 0);
+  return cl.Parse(argc, argv);
+}
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  const int reps = args.reps, threads = args.threads;
+  const std::string& dir = args.dir;
   fs::create_directories(dir);
   std::vector<std::unique_ptr<worker::Communicator>> one =
       worker::InProcessCommunicator::CreateGroup(1);
@@ -218,6 +237,4 @@ int Main(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fullband::bench
 
-int main(int argc, char** argv) {
-  return fullband::bench::Main(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return fullband::bench::Main(argc, argv); }

@@ -9,8 +9,7 @@
 //   groups_traffic: the same groups each sending, per slot, a heartbeat and a lease + report
 //                of its next step; every acknowledged report must be counted exactly once;
 //   failure: seconds from a worker group's last heartbeat to the relaunch, minus the timeout.
-// Usage: coordinator_bench [--seconds 10] [--in-flight 128] [--channels 4] [--groups 1000]
-//        [--heartbeat-interval 10] [--dir /tmp/...]
+// `coordinator_bench --help` lists the flags.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
@@ -24,10 +23,11 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
 #include "coordinator/client.h"
 #include "coordinator/service.h"
 #include "coordinator/tls.h"
@@ -125,24 +125,38 @@ void ClosedLoop(int in_flight, double seconds, Latencies& lat, Start&& start) {
   cv.wait(lock, [&] { return active == 0; });
 }
 
+struct Args {
+  double seconds = 10, heartbeat_interval = 10, idle_seconds = 5;
+  int in_flight = 128, channels = 4, groups = 1000;
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("fullband-coordinator-bench-" + std::to_string(getpid())))
+                        .string();
+};
+
+// The exit code when the command line says to stop: after --help, or bad usage.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  CommandLine cl("coordinator_bench",
+                 "The coordinator service over TLS with bearer tokens on loopback, driven by "
+                 "clients in the same process; prints one JSON object.");
+  cl.AddPositiveNumber("--seconds", &a->seconds, "how long each closed loop runs");
+  cl.AddInt("--in-flight", &a->in_flight, "calls outstanding in the closed loops", 1);
+  cl.AddInt("--channels", &a->channels, "connections the calls are spread over", 1);
+  cl.AddInt("--groups", &a->groups, "worker groups heartbeating", 1);
+  cl.AddPositiveNumber("--heartbeat-interval", &a->heartbeat_interval,
+                       "seconds between a group's heartbeats");
+  cl.AddPositiveNumber("--idle-seconds", &a->idle_seconds,
+                       "how long the idle service's CPU is measured, every group registered");
+  cl.AddString("--dir", &a->dir, "DIR", "the service's store, jobs and TLS files (removed after)");
+  return cl.Parse(argc, argv);
+}
+
 int Main(int argc, char** argv) {
-  StatusOr<cli::Flags> flags = cli::Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"seconds", "in-flight", "channels", "groups", "heartbeat-interval", "dir", "idle-seconds"},
-      {});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "coordinator_bench: %s\n", flags.status().message().c_str());
-    return 2;
-  }
-  const double seconds = *flags->GetDouble("seconds", 10);
-  const int in_flight = static_cast<int>(*flags->GetInt("in-flight", 128));
-  const int channels = static_cast<int>(*flags->GetInt("channels", 4));
-  const int groups = static_cast<int>(*flags->GetInt("groups", 1000));
-  const double hb_interval = *flags->GetDouble("heartbeat-interval", 10);
-  const std::filesystem::path dir =
-      flags->Get("dir", (std::filesystem::temp_directory_path() /
-                         ("fullband-coordinator-bench-" + std::to_string(getpid())))
-                            .string());
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  const double seconds = args.seconds;
+  const int in_flight = args.in_flight, channels = args.channels, groups = args.groups;
+  const double hb_interval = args.heartbeat_interval;
+  const std::filesystem::path dir = args.dir;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string d = dir.string();
@@ -352,7 +366,7 @@ int Main(int argc, char** argv) {
     }
   }
   // The same service with every group registered and no traffic: the floor of the CPU cost.
-  const double idle_seconds = *flags->GetDouble("idle-seconds", 5);
+  const double idle_seconds = args.idle_seconds;
   double idle_cpu = CpuSeconds();
   std::this_thread::sleep_for(std::chrono::duration<double>(idle_seconds));
   idle_cpu = CpuSeconds() - idle_cpu;

@@ -1,7 +1,6 @@
 // ingest_bench: `fullband ingest` throughput on every core against single-thread encoding of
 // the same documents, both measured in this run.
-//
-//   ingest_bench --input FILE.jsonl|FILE.txt [--threads N] [--reps R] [--copies K]
+// `ingest_bench --help` lists the flags.
 //
 // The baseline tokenizes every document of the input on one thread (Tokenizer::Encode, plus
 // <|endoftext|>), nothing else. The ingest run does all of it: reading, JSON parsing,
@@ -18,29 +17,45 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
 #include "dataloader/ingest.h"
 #include "dataloader/tokenizer.h"
 
 namespace fullband {
 namespace {
 
-int Run(const std::vector<std::string>& args) {
-  StatusOr<cli::Flags> flags = cli::Flags::Parse(args, {"input", "threads", "reps", "copies"}, {});
-  if (!flags.ok() || !flags->Has("input")) {
-    std::fprintf(stderr,
-                 "usage: ingest_bench --input FILE [--threads N] [--reps R] [--copies K]\n");
-    return 2;
-  }
-  const std::string input = flags->Get("input", "");
-  const int threads = static_cast<int>(
-      flags->GetInt("threads", std::max(1u, std::thread::hardware_concurrency())).value());
-  const int reps = static_cast<int>(flags->GetInt("reps", 3).value());
-  const int copies = static_cast<int>(flags->GetInt("copies", 1).value());
+struct Args {
+  std::string input;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int reps = 3, copies = 1;
+};
+
+// The exit code when the command line says to stop: after --help, or bad usage.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  bench::CommandLine cl("ingest_bench",
+                        "`fullband ingest` on every core against encoding the same documents on "
+                        "one thread; prints JSON lines.");
+  cl.AddString("--input", &a->input, "FILE.jsonl|FILE.txt",
+               "the corpus: JSONL when its name ends in .jsonl, else text")
+      ->required();
+  cl.AddInt("--threads", &a->threads, "ingest's threads, and the encode-only bound's", 1)
+      ->default_str("every core");
+  cl.AddInt("--reps", &a->reps, "rounds of the three measurements", 1);
+  cl.AddInt("--copies", &a->copies, "ingest the input this many times over, as one file", 1)
+      ->type_name("K");
+  return cl.Parse(argc, argv);
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  const std::string& input = args.input;
+  const int threads = args.threads, reps = args.reps, copies = args.copies;
   StatusOr<dataloader::Tokenizer> tok =
       dataloader::Tokenizer::Load(dataloader::Tokenizer::DefaultRanksPath());
   if (!tok.ok()) {
@@ -177,6 +192,4 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fullband
 
-int main(int argc, char** argv) {
-  return fullband::Run(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return fullband::Run(argc, argv); }

@@ -1,7 +1,6 @@
 // page_touch_bench: what a fresh buffer's first touch costs on this machine, in 4 KB pages and
 // in 2 MB transparent huge pages (common/allocators.h), both measured in this run.
-//
-//   page_touch_bench [--mb N] [--rounds R]
+// `page_touch_bench --help` lists the flags.
 //
 // Each round allocates N MB (2 MB-aligned; the huge-page one marked MADV_HUGEPAGE), writes
 // one byte per 4 KB page, and frees it, so the next round gets memory back from the kernel
@@ -12,27 +11,26 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
 #include "common/allocators.h"
 
 namespace fullband {
 namespace {
 
-int Run(const std::vector<std::string>& args) {
-  StatusOr<cli::Flags> flags = cli::Flags::Parse(args, {"mb", "rounds"}, {});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "usage: page_touch_bench [--mb N] [--rounds R]\n");
-    return 2;
-  }
-  const size_t mb = static_cast<size_t>(flags->GetInt("mb", 64).value());
-  const int rounds = static_cast<int>(flags->GetInt("rounds", 9).value());
-  if (mb < 2 || rounds < 2) {
-    std::fprintf(stderr, "page_touch_bench: --mb must be >= 2 and --rounds >= 2\n");
-    return 2;
-  }
+int Run(int argc, char** argv) {
+  size_t mb = 64;
+  int rounds = 9;
+  bench::CommandLine cl(
+      "page_touch_bench",
+      "First touch of fresh memory in 4 KB and in 2 MB pages; prints JSON lines.");
+  cl.AddInt("--mb", &mb, "MB allocated and touched each round (rounded down to a multiple of 2)",
+            2);
+  cl.AddInt("--rounds", &rounds, "rounds of each page size; the first is reported apart", 2);
+  if (const std::optional<int> exit = cl.Parse(argc, argv)) return *exit;
   const size_t bytes = (mb << 20) / kHugePageBytes * kHugePageBytes;
   double later_small = 0;
   for (const bool huge : {false, true}) {
@@ -70,6 +68,4 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fullband
 
-int main(int argc, char** argv) {
-  return fullband::Run(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return fullband::Run(argc, argv); }

@@ -1,11 +1,9 @@
 // reader_bench: training batches per second from a RocksDB token store through the prefetching
 // BatchReader, against the baseline of copying the same sequences, in the same random order,
 // out of a memory-mapped flat file — both measured in this run, both from the page cache.
+// `reader_bench --help` lists the flags.
 //
-//   reader_bench [--sequences N] [--seq-len S] [--batch B] [--prefetch P] [--threads T]
-//                [--reps R] [--dir DIR]
-//
-// The two alternate, an epoch each per round, --reps rounds (15). Prints one JSON line per
+// The two alternate, an epoch each per round, --reps rounds. Prints one JSON line per
 // measurement (median epoch) and a summary line with the ratio: the median over rounds of each
 // round's ratio, with its extremes.
 #include <fcntl.h>
@@ -16,8 +14,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "common/random.h"
 #include "dataloader/reader.h"
 #include "dataloader/token_store.h"
@@ -27,20 +26,33 @@ namespace {
 
 using dataloader::Sampler;
 
-int Run(const std::vector<std::string>& args) {
-  StatusOr<cli::Flags> flags = cli::Flags::Parse(
-      args, {"sequences", "seq-len", "batch", "prefetch", "dir", "reps", "threads"}, {});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "reader_bench: %s\n", flags.status().message().c_str());
-    return 2;
-  }
-  const int64_t n = flags->GetInt("sequences", 40000).value();
-  const int64_t s = flags->GetInt("seq-len", 512).value();
-  const int64_t batch = flags->GetInt("batch", 32).value();
-  const int64_t prefetch = flags->GetInt("prefetch", 8).value();
-  const int reps = static_cast<int>(flags->GetInt("reps", 15).value());
-  const int threads = static_cast<int>(flags->GetInt("threads", 1).value());
-  const std::string dir = flags->Get("dir", "/tmp/fullband_reader_bench");
+struct Args {
+  int64_t sequences = 40000, seq_len = 512, batch = 32, prefetch = 8;
+  int reps = 15, threads = 1;
+  std::string dir = "/tmp/fullband_reader_bench";
+};
+
+// The exit code when the command line says to stop: after --help, or bad usage.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  bench::CommandLine cl("reader_bench",
+                        "Batches out of a token store through BatchReader, against copies out of a "
+                        "memory-mapped file; prints JSON lines.");
+  cl.AddInt("--sequences", &a->sequences, "sequences in the store and the file", 1);
+  cl.AddInt("--seq-len", &a->seq_len, "tokens per sequence, less one", 1);
+  cl.AddInt("--batch", &a->batch, "sequences per batch", 1);
+  cl.AddInt("--prefetch", &a->prefetch, "batches the reader keeps ready (0: it reads in Next)", 0);
+  cl.AddInt("--threads", &a->threads, "the reader's threads", 1);
+  cl.AddInt("--reps", &a->reps, "rounds, each an epoch of both", 1);
+  cl.AddString("--dir", &a->dir, "DIR", "where the store and the file are written (removed after)");
+  return cl.Parse(argc, argv);
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  const int64_t n = args.sequences, s = args.seq_len, batch = args.batch, prefetch = args.prefetch;
+  const int reps = args.reps, threads = args.threads;
+  const std::string& dir = args.dir;
   const int64_t len = s + 1;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -155,6 +167,4 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fullband
 
-int main(int argc, char** argv) {
-  return fullband::Run(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return fullband::Run(argc, argv); }

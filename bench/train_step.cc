@@ -4,23 +4,26 @@
 //    "tokens_per_s": …, "step_s_median": …, "peak_rss_mib": …, "mfu": …}
 // plus "cpu_s_median", the process's CPU seconds per step (all threads): on a shared machine
 // it moves less with the load than the wall time does.
-// Flags: --config tiny|small|FILE.yaml --passes K --recompute none|selective|full --steps N
-//        [--warmup W] [--threads N] [--peak-gflops X]
-// tiny: V=4096 D=256 L=4 H=4 T=256 B=8; small: V=100352 D=512 L=8 H=8 T=512 B=4 (Hkv = H,
-// F = 8D/3 rounded up to 64, no window). Tokens are random with an EOD every ~100. Run one
-// measurement per process: peak RSS is the process's.
+// `train_step --help` lists the flags. The presets of --config: tiny: V=4096 D=256 L=4 H=4
+// T=256 B=8; small: V=100352 D=512 L=8 H=8 T=512 B=4 (Hkv = H, F = 8D/3 rounded up to 64, no
+// window). Tokens are random with an EOD every ~100. Run one measurement per process: peak RSS
+// is the process's.
 #include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_util.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "common/config.h"
+#include "common/config_fields.h"
 #include "common/model_params.h"
 #include "common/random.h"
 #include "common/schedule.h"
@@ -74,30 +77,55 @@ double PeakRssMib() {
   return ru.ru_maxrss / 1024.0;
 }
 
-int Run(const std::vector<std::string>& args) {
-  StatusOr<cli::Flags> flags = cli::Flags::Parse(
-      args, {"config", "passes", "recompute", "steps", "warmup", "threads", "peak-gflops"}, {});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "train_step: %s\n", flags.status().message().c_str());
+struct Args {
+  std::string config = "tiny";
+  int64_t passes = 1, steps = 5, warmup = 2, threads = 0;
+  Recompute recompute = Recompute::kNone;
+  double peak_gflops = 0;
+};
+
+// The exit code when the command line says to stop: after --help, or bad usage.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
+  CommandLine cl("train_step", "fullband's K-pass training step; prints one JSON line.");
+  cl.AddString("--config", &a->config, "tiny|small|FILE.yaml",
+               "a preset (bench/train_step.cc) or a config file");
+  cl.AddInt("--passes", &a->passes, "passes of the step", 1)->type_name("K");
+  std::vector<std::pair<std::string, int64_t>> recompute;
+  for (const auto& [value, name] : kRecomputeNames) {
+    recompute.emplace_back(name, static_cast<int64_t>(value));
+  }
+  cli::OneOf(cl.app().add_option("--recompute", a->recompute, "activation recomputation"),
+             recompute)
+      ->default_str(std::string(RecomputeName(a->recompute)));
+  cl.AddInt("--steps", &a->steps, "timed steps, of which the median is reported", 1);
+  cl.AddInt("--warmup", &a->warmup, "untimed steps before them", 0)->type_name("W");
+  cl.AddInt("--threads", &a->threads, "the backend's threads (0: every core)", 0);
+  cl.AddNumber("--peak-gflops", &a->peak_gflops,
+               "the machine's peak, for the MFU (0 or less: measured with sgemm)");
+  return cl.Parse(argc, argv);
+}
+
+// Random ids with an EOD about every 100 tokens, (b, t + 1).
+std::vector<int32_t> RandomTokens(const ModelConfig& m, int64_t b, int64_t t) {
+  Rng rng(7);
+  std::vector<int32_t> tokens(b * (t + 1));
+  for (auto& x : tokens) {
+    x = rng.Below(100) == 0 ? static_cast<int32_t>(m.eod_id)
+                            : static_cast<int32_t>(rng.Below(m.vocab_size - 1));
+  }
+  return tokens;
+}
+
+int Run(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  StatusOr<Named> named = LoadNamed(args.config);
+  if (!named.ok()) {
+    std::fprintf(stderr, "train_step: %s\n", named.status().message().c_str());
     return 2;
   }
-  const std::string config_name = flags->Get("config", "tiny");
-  StatusOr<Named> named = LoadNamed(config_name);
-  StatusOr<int64_t> passes = flags->GetInt("passes", 1);
-  StatusOr<int64_t> steps = flags->GetInt("steps", 5);
-  StatusOr<int64_t> warmup = flags->GetInt("warmup", 2);
-  StatusOr<int64_t> threads = flags->GetInt("threads", 0);
-  StatusOr<double> peak = flags->GetDouble("peak-gflops", 0);
-  StatusOr<Recompute> recompute = worker::ParseRecompute(flags->Get("recompute", "none"));
-  for (const Status& s : {named.status(), passes.status(), steps.status(), warmup.status(),
-                          threads.status(), peak.status(), recompute.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "train_step: %s\n", s.message().c_str());
-      return 2;
-    }
-  }
   ops::BackendOptions bo;
-  bo.num_threads = static_cast<int>(*threads);
+  bo.num_threads = static_cast<int>(args.threads);
   auto backend = ops::CreateBackend(bo);
   if (!backend.ok()) {
     std::fprintf(stderr, "train_step: %s\n", backend.status().message().c_str());
@@ -105,7 +133,7 @@ int Run(const std::vector<std::string>& args) {
   }
   ops::Backend& be = **backend;
   const int64_t b = named->batch, t = named->seq;
-  worker::ModelShape shape{b, t, static_cast<int>(*passes), *recompute};
+  worker::ModelShape shape{b, t, static_cast<int>(args.passes), args.recompute};
   auto model = worker::Model::Create(named->model, shape, &be);
   if (!model.ok()) {
     std::fprintf(stderr, "train_step: %s\n", model.status().message().c_str());
@@ -117,14 +145,9 @@ int Run(const std::vector<std::string>& args) {
   oc.warmup_steps = 0;
   auto opt = worker::AdamW::Create(oc, (*model)->table(), &be);
   if (!opt.ok()) return 1;
-  Rng rng(7);
-  std::vector<int32_t> tokens(b * (t + 1));
-  for (auto& x : tokens) {
-    x = rng.Below(100) == 0 ? static_cast<int32_t>(named->model.eod_id)
-                            : static_cast<int32_t>(rng.Below(named->model.vocab_size - 1));
-  }
+  const std::vector<int32_t> tokens = RandomTokens(named->model, b, t);
   worker::StepOptions so;
-  so.passes = static_cast<int>(*passes);
+  so.passes = static_cast<int>(args.passes);
   so.jitter = named->model.jitter;
   so.prefix_mixin = named->model.prefix_mixin;
   int64_t step = 0;
@@ -141,23 +164,21 @@ int Run(const std::vector<std::string>& args) {
     cpu_s.push_back(ProcessCpuSeconds() - cpu0);
   };
   const double median =
-      MedianSeconds(one_step, static_cast<int>(*warmup), static_cast<int>(*steps));
-  std::vector<double> timed_cpu(cpu_s.begin() + *warmup, cpu_s.end());
-  std::sort(timed_cpu.begin(), timed_cpu.end());
-  const double cpu_median = timed_cpu[timed_cpu.size() / 2];
+      MedianSeconds(one_step, static_cast<int>(args.warmup), static_cast<int>(args.steps));
+  const double cpu_median = Median(std::vector<double>(cpu_s.begin() + args.warmup, cpu_s.end()));
   // Read before the sgemm measurement below, whose three 2048² buffers would otherwise count.
   const double peak_rss_mib = PeakRssMib();
-  double peak_gflops = *peak;
+  double peak_gflops = args.peak_gflops;
   if (peak_gflops <= 0) peak_gflops = worker::MeasurePeakGflops(be);
   const double flops = ModelFlopsPerToken(named->model, ModelParameterCount(named->model), t) *
-                       static_cast<double>(b * t * *passes);
+                       static_cast<double>(b * t * args.passes);
   std::printf(
       "{\"impl\": \"fullband\", \"config\": \"%s\", \"passes\": %ld, \"recompute\": \"%s\", "
       "\"batch\": %ld, \"seq\": %ld, \"tokens_per_s\": %.1f, \"step_s_median\": %.5f, "
       "\"cpu_s_median\": %.5f, "
       "\"peak_rss_mib\": %.1f, \"activation_mib\": %.1f, \"mfu\": %.4f, \"peak_gflops\": %.1f, "
       "\"backend\": \"%s\"}\n",
-      config_name.c_str(), *passes, std::string(RecomputeName(*recompute)).c_str(), b, t,
+      args.config.c_str(), args.passes, std::string(RecomputeName(args.recompute)).c_str(), b, t,
       static_cast<double>(b * t) / median, median, cpu_median, peak_rss_mib,
       (*model)->activation_bytes() / 1048576.0, flops / median / (peak_gflops * 1e9), peak_gflops,
       be.name().c_str());
@@ -167,6 +188,4 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fullband::bench
 
-int main(int argc, char** argv) {
-  return fullband::bench::Run(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return fullband::bench::Run(argc, argv); }
