@@ -1,6 +1,7 @@
 // ingest_bench: `fullband ingest` throughput on every core against single-thread encoding of
 // the same documents, both measured in this run.
-// `ingest_bench --help` lists the flags.
+// `ingest_bench --help` lists the flags. --tokenizer (or FULLBAND_TOKENIZER_RANKS) names the
+// ranks file, as for `fullband ingest`.
 //
 // The baseline tokenizes every document of the input on one thread (Tokenizer::Encode, plus
 // <|endoftext|>), nothing else. The ingest run does all of it: reading, JSON parsing,
@@ -23,6 +24,7 @@
 
 #include "bench/bench_cli.h"
 #include "bench/bench_util.h"
+#include "cli/options.h"
 #include "dataloader/ingest.h"
 #include "dataloader/tokenizer.h"
 
@@ -30,7 +32,7 @@ namespace fullband {
 namespace {
 
 struct Args {
-  std::string input;
+  std::string input, ranks;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int reps = 3, copies = 1;
 };
@@ -48,6 +50,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   cl.AddInt("--reps", &a->reps, "rounds of the three measurements", 1);
   cl.AddInt("--copies", &a->copies, "ingest the input this many times over, as one file", 1)
       ->type_name("K");
+  cli::AddTokenizerOption(cl.app(), &a->ranks);
   return cl.Parse(argc, argv);
 }
 
@@ -56,8 +59,7 @@ int Run(int argc, char** argv) {
   if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
   const std::string& input = args.input;
   const int threads = args.threads, reps = args.reps, copies = args.copies;
-  StatusOr<dataloader::Tokenizer> tok =
-      dataloader::Tokenizer::Load(dataloader::Tokenizer::DefaultRanksPath());
+  StatusOr<dataloader::Tokenizer> tok = dataloader::Tokenizer::Load(args.ranks);
   if (!tok.ok()) {
     std::fprintf(stderr, "ingest_bench: %s\n", tok.status().ToString().c_str());
     return 1;
