@@ -48,11 +48,11 @@ bool Given(const Message& message, const FieldDescriptor* field) {
   return !field->has_presence() || r->HasField(message, field);
 }
 
-std::string ProtoEnumName(const FieldDescriptor* field, std::string_view name) {
+int ProtoEnumNumber(const FieldDescriptor* field, std::string_view name) {
   const std::string proto_name = EnumPrefix(field) + UpperCase(name);
-  FB_CHECK(field->enum_type()->FindValueByName(proto_name) != nullptr)
-      << field->full_name() << " has no value " << proto_name;
-  return proto_name;
+  const auto* value = field->enum_type()->FindValueByName(proto_name);
+  FB_CHECK(value != nullptr) << field->full_name() << " has no value " << proto_name;
+  return value->number();
 }
 
 std::string EnumNameOf(const FieldDescriptor* field, int number) {

@@ -43,9 +43,9 @@ const FieldDescriptor* FieldNumbered(const Message& message, int number);
 // Whether a field is set: a field with presence when it is, a list when it is not empty, a
 // scalar without presence always.
 bool Given(const Message& message, const FieldDescriptor* field);
-// The proto name of an enum value named `name` in its EnumNames table, and back ("" when the
-// number is no value of the proto enum).
-std::string ProtoEnumName(const FieldDescriptor* field, std::string_view name);
+// The proto number of the enum value named `name` in its EnumNames table, and the name of a
+// number ("" when it is no value of the proto enum).
+int ProtoEnumNumber(const FieldDescriptor* field, std::string_view name);
 std::string EnumNameOf(const FieldDescriptor* field, int number);
 
 template <typename T>
@@ -79,8 +79,7 @@ class Writer {
   template <typename E>
   requires std::is_enum_v<E>
   void Set(const FieldDescriptor* f, E v) {
-    r_->SetEnumValue(message_, f,
-                     f->enum_type()->FindValueByName(ProtoEnumName(f, NameOf(v)))->number());
+    r_->SetEnumValue(message_, f, ProtoEnumNumber(f, NameOf(v)));
   }
   template <typename T>
   requires IsPairs<T>::value void Set(const FieldDescriptor* f, const T& pairs) {
