@@ -67,8 +67,11 @@ float* Scratch::Floats(size_t count) {
 void GemmSerial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) {
-  // Called from inside an OpenMP parallel region, oneDNN runs on the calling thread alone.
-  GemmCall(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Inside an active parallel region oneDNN runs on the calling thread alone; but a region of
+  // one thread (threads = 1) is not active, and there oneDNN would start a team of the process's
+  // default size: every CPU of the affinity mask, which is the whole machine for a rank that no
+  // one has bound (srun with task/none, mpirun --bind-to none). Set the size for the call.
+  GemmThreaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1);
 }
 
 void GemmThreaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
