@@ -21,7 +21,11 @@ struct FieldWriter {
   }
   template <typename T>
   void Write(const T& value) {
-    if constexpr (std::is_enum_v<T>) {
+    if constexpr (HasFields<T>) {  // a nested section, e.g. launcher.slurm
+      out << YAML::BeginMap;
+      VisitFields(value, *this);
+      out << YAML::EndMap;
+    } else if constexpr (std::is_enum_v<T>) {
       out << std::string(NameOf(value));
     } else if constexpr (std::is_same_v<T, double>) {
       out << YAML::Precision(17) << value;
@@ -276,37 +280,94 @@ Status LauncherConfig::Validate() const {
   return OkStatus();
 }
 
-// Every string of the config (paths, commands, the device) is at most kMaxConfigStringBytes.
-Status CheckStringLengths(const Config& config) {
-  Status status;
-  const auto check = [&](const std::string& where, const std::string& value) {
+namespace {
+
+// True for Slurm's time formats (sbatch --time): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, every part
+// a number.
+bool IsSlurmTime(std::string_view t) {
+  const size_t dash = t.find('-');
+  const std::string_view days = dash == std::string_view::npos ? "" : t.substr(0, dash);
+  const std::string_view rest = dash == std::string_view::npos ? t : t.substr(dash + 1);
+  const auto number = [](std::string_view n) {
+    return !n.empty() && n.size() <= 9 &&
+           n.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  if (dash != std::string_view::npos && !number(days)) return false;
+  size_t parts = 0;
+  for (size_t start = 0;; ++parts) {
+    const size_t colon = rest.find(':', start);
+    if (!number(rest.substr(start, colon - start))) return false;
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  return parts <= 2;
+}
+
+}  // namespace
+
+Status SlurmConfig::Validate() const {
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"nodes", nodes},
+                                    {"tasks_per_node", tasks_per_node},
+                                    {"cpus_per_task", cpus_per_task},
+                                    {"gpus_per_node", gpus_per_node}}) {
+    if (value < 0) {
+      return SectionField("launcher.slurm", name,
+                          std::to_string(value) + " must be >= 0 (0: unset)");
+    }
+  }
+  if (!time_limit.empty() && !IsSlurmTime(time_limit)) {
+    return SectionField(
+        "launcher.slurm", "time_limit",
+        "'" + time_limit + "' is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)");
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::string*>{"partition", &partition},
+        {"account", &account},
+        {"qos", &qos}}) {
+    if (value->find_first_of(" \t\n\r'\"\\#") != std::string::npos) {
+      return SectionField("launcher.slurm", name,
+                          "'" + *value + "' holds a space, quote, backslash or '#'");
+    }
+  }
+  if (!(pending_timeout_seconds >= 0)) {
+    return SectionField("launcher.slurm", "pending_timeout_seconds",
+                        std::to_string(pending_timeout_seconds) + " must be >= 0 (0: no limit)");
+  }
+  return OkStatus();
+}
+
+// Every string of `part` (paths, commands, the device, names), and of the structs it holds, is
+// at most Config::kMaxStringBytes; `where` names `part` in the error.
+template <HasFields T>
+void CheckStringLengths(const std::string& where, const T& part, Status& status) {
+  const auto check = [&](const std::string& name, const std::string& value) {
     if (status.ok() && value.size() > Config::kMaxStringBytes) {
-      status = InvalidArgumentError(where + ": " + std::to_string(value.size()) +
+      status = InvalidArgumentError(name + ": " + std::to_string(value.size()) +
                                     " bytes, at most " + std::to_string(Config::kMaxStringBytes));
     }
   };
-  VisitFields(config, [&](const char* section, const auto& part) {
-    VisitFields(part, [&](const char* name, const auto& value) {
-      using T = std::decay_t<decltype(value)>;
-      const std::string where = std::string(section) + "." + name;
-      if constexpr (std::is_same_v<T, std::string>) {
-        check(where, value);
-      } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-        for (size_t i = 0; i < value.size(); ++i) {
-          check(where + "[" + std::to_string(i) + "]", value[i]);
-        }
-      } else if constexpr (std::is_same_v<T, std::vector<DataSource>>) {
-        for (size_t i = 0; i < value.size(); ++i) {
-          check(where + "[" + std::to_string(i) + "].store", value[i].store);
-        }
+  VisitFields(part, [&](const char* name, const auto& value) {
+    using V = std::decay_t<decltype(value)>;
+    const std::string field = where.empty() ? name : where + "." + name;
+    if constexpr (std::is_same_v<V, std::string>) {
+      check(field, value);
+    } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+      for (size_t i = 0; i < value.size(); ++i)
+        check(field + "[" + std::to_string(i) + "]", value[i]);
+    } else if constexpr (std::is_same_v<V, std::vector<DataSource>>) {
+      for (size_t i = 0; i < value.size(); ++i) {
+        CheckStringLengths(field + "[" + std::to_string(i) + "]", value[i], status);
       }
-    });
+    } else if constexpr (HasFields<V>) {
+      CheckStringLengths(field, value, status);
+    }
   });
-  return status;
 }
 
 Status Config::Validate() const {
-  FB_RETURN_IF_ERROR(CheckStringLengths(*this));
+  Status lengths;
+  CheckStringLengths("", *this, lengths);
+  FB_RETURN_IF_ERROR(lengths);
   FB_RETURN_IF_ERROR(model.Validate());
   FB_RETURN_IF_ERROR(parallel.Validate());
   FB_RETURN_IF_ERROR(data.Validate());
@@ -315,6 +376,7 @@ Status Config::Validate() const {
   FB_RETURN_IF_ERROR(checkpoint.Validate());
   FB_RETURN_IF_ERROR(budget.Validate());
   FB_RETURN_IF_ERROR(launcher.Validate());
+  FB_RETURN_IF_ERROR(launcher.slurm.Validate());
   FB_RETURN_IF_ERROR(runtime.Validate());
   FB_RETURN_IF_ERROR(CheckTensorParallelSplit(model, parallel.tp));
   // The data-parallel split: each of the dp groups trains on batch_size / dp sequences.
@@ -328,6 +390,15 @@ Status Config::Validate() const {
         "launcher", "processes",
         std::to_string(launcher.processes) +
             " is not parallel.tp × parallel.dp = " + std::to_string(parallel.tp * parallel.dp));
+  }
+  const SlurmConfig& slurm = launcher.slurm;
+  if (slurm.nodes > 0 && slurm.tasks_per_node > 0 &&
+      slurm.nodes * slurm.tasks_per_node != parallel.tp * parallel.dp) {
+    return SectionField("launcher", "slurm.tasks_per_node",
+                        std::to_string(slurm.nodes) + " nodes × " +
+                            std::to_string(slurm.tasks_per_node) +
+                            " tasks is not parallel.tp × parallel.dp = " +
+                            std::to_string(parallel.tp * parallel.dp));
   }
   return OkStatus();
 }

@@ -1,11 +1,11 @@
 // Config: the one configuration aggregate of fullband, loaded from YAML and validated.
 //
 // Every field has a comment and its default (docs/MODEL.md); the YAML keys are the field
-// names, listed once in common/config_fields.h, which every reader and writer walks. Loading rejects unknown keys, wrong types and out-of-range values with an
-// INVALID_ARGUMENT naming the field path and the value ("model.n_heads: 12 is not divisible
-// by model.n_kv_heads = 5"). A Config is passed by const&, never global.
-// Cross-section rules (parallel layout against the model, launcher ranks against the layout)
-// are checked by Config::Validate.
+// names, listed once in common/config_fields.h, which every reader and writer walks. Loading
+// rejects unknown keys, wrong types and out-of-range values with an INVALID_ARGUMENT naming the
+// field path and the value ("model.n_heads: 12 is not divisible by model.n_kv_heads = 5"). A Config
+// is passed by const&, never global. Cross-section rules (parallel layout against the model,
+// launcher ranks against the layout) are checked by Config::Validate.
 #pragma once
 
 #include <cstdint>
@@ -179,6 +179,26 @@ struct BudgetConfig {
 };
 
 // How the coordinator launches (and relaunches) the job's worker group.
+// launcher.slurm: the allocation a `kind: slurm` job asks Slurm for (docs/SLURM.md). Each field
+// becomes one sbatch option; empty or 0 leaves it to the cluster's defaults.
+struct SlurmConfig {
+  std::string partition;                 // --partition
+  int64_t nodes = 0;                     // --nodes
+  int64_t tasks_per_node = 0;            // --ntasks-per-node (--ntasks is always the processes)
+  int64_t cpus_per_task = 0;             // --cpus-per-task
+  int64_t gpus_per_node = 0;             // --gres=gpu:N
+  std::string time_limit;                // --time: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S
+  std::string account;                   // --account
+  std::string qos;                       // --qos
+  std::vector<std::string> sbatch_args;  // more sbatch options, e.g. [--constraint=a100]
+  std::vector<std::string> srun_args;    // more srun options, after --mpi=pmix
+  std::string log_dir;                   // attempt-<n>.out|.err|.sbatch; "" = the job's directory
+  double pending_timeout_seconds = 0;    // a job pending longer has failed; 0 = no limit
+
+  Status Validate() const;
+  bool operator==(const SlurmConfig&) const = default;
+};
+
 struct LauncherConfig {
   LauncherKind kind = LauncherKind::kLocal;
   int64_t processes = 0;  // MPI ranks; 0 = parallel.tp × parallel.dp
@@ -187,6 +207,7 @@ struct LauncherConfig {
   int64_t max_restarts = 3;                                   // relaunches before the job is FAILED
   double backoff_seconds = 10;       // wait before the first relaunch; doubles per restart
   double max_backoff_seconds = 600;  // cap of the doubling
+  SlurmConfig slurm;                 // kind: slurm only
 
   Status Validate() const;
   bool operator==(const LauncherConfig&) const = default;

@@ -143,6 +143,22 @@ void VisitFields(M& b, Visitor&& visit) {
   visit("amount", b.amount);
 }
 
+template <FieldsOf<SlurmConfig> M, typename Visitor>
+void VisitFields(M& s, Visitor&& visit) {
+  visit("partition", s.partition);
+  visit("nodes", s.nodes);
+  visit("tasks_per_node", s.tasks_per_node);
+  visit("cpus_per_task", s.cpus_per_task);
+  visit("gpus_per_node", s.gpus_per_node);
+  visit("time_limit", s.time_limit);
+  visit("account", s.account);
+  visit("qos", s.qos);
+  visit("sbatch_args", s.sbatch_args);
+  visit("srun_args", s.srun_args);
+  visit("log_dir", s.log_dir);
+  visit("pending_timeout_seconds", s.pending_timeout_seconds);
+}
+
 template <FieldsOf<LauncherConfig> M, typename Visitor>
 void VisitFields(M& l, Visitor&& visit) {
   visit("kind", l.kind);
@@ -152,6 +168,7 @@ void VisitFields(M& l, Visitor&& visit) {
   visit("max_restarts", l.max_restarts);
   visit("backoff_seconds", l.backoff_seconds);
   visit("max_backoff_seconds", l.max_backoff_seconds);
+  visit("slurm", l.slurm);
 }
 
 template <FieldsOf<RuntimeConfig> M, typename Visitor>

@@ -53,7 +53,7 @@ void ExpectEveryMemberListedOfEach() {
 TEST(ConfigFields, EveryMemberOfEveryStructIsListed) {
   ExpectEveryMemberListedOfEach<ModelConfig, ParallelConfig, DataSource, DataConfig, OptimConfig,
                                 SchedulePhase, ScheduleConfig, CheckpointConfig, BudgetConfig,
-                                LauncherConfig, RuntimeConfig, Config>();
+                                SlurmConfig, LauncherConfig, RuntimeConfig, Config>();
 }
 
 // The YAML blocks of the docs that show defaults: each follows a line holding kMarker.
