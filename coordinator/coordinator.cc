@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include "common/logging.h"
 #include "coordinator/proto_convert.h"
@@ -42,7 +43,9 @@ struct Coordinator::Job {
   double wall_start = 0;
   // Not stored: deadlines restart from the coordinator's start.
   double last_heartbeat = 0;
-  double launched_at = 0;
+  double launched_at = 0;    // the launch deadline counts from here
+  double pending_since = 0;  // when the launcher first said the attempt waits in a queue
+  bool queued = false;       // the launcher's last word: it waits in a queue
   uint64_t version = 0;
   std::deque<std::pair<double, int64_t>> recent;  // (time, tokens) of recent reports
 };
@@ -784,7 +787,7 @@ void Coordinator::Tick() {
       }
       // Deadlines first, so that a failed group is relaunched in this same tick when its
       // back-off is zero: detection and relaunch take at most timeout + one tick.
-      if (job.state == JobState::kLaunching &&
+      if (job.state == JobState::kLaunching && !job.queued &&
           now - job.launched_at > options_.launch_timeout_seconds) {
         auto more = Fail(job,
                          "worker group did not register within " +
@@ -844,8 +847,11 @@ void Coordinator::Tick() {
         std::error_code ec;  // the workers' checkpoint root when checkpoint.dir is ""
         a.spec.env["FULLBAND_JOB_DIR"] =
             std::filesystem::absolute(a.spec.log_dir, ec).lexically_normal().string();
+        a.spec.slurm = c.launcher.slurm;
         job.state = JobState::kLaunching;
         job.launched_at = now;
+        job.pending_since = 0;
+        job.queued = false;
         if (job.wall_start == 0) job.wall_start = now;
         Persist(job, now);
         actions.push_back(std::move(a));
@@ -854,35 +860,58 @@ void Coordinator::Tick() {
   }
   Run(std::move(actions));
 
-  // Worker groups that exited or vanished have failed (unless the job is done).
-  std::vector<std::pair<PollItem, LaunchState>> ended;
+  // Worker groups that exited or vanished have failed (unless the job is done); queued ones wait.
+  std::vector<std::pair<PollItem, LaunchState>> seen;
   for (const PollItem& p : polls) {
     StatusOr<LaunchState> s = p.launcher->Poll(p.handle);
     if (!s.ok()) continue;  // e.g. a handle of a previous coordinator process: heartbeats decide
-    if (s->phase != LaunchState::Phase::kRunning) ended.emplace_back(p, *s);
+    seen.emplace_back(p, *s);
   }
-  if (ended.empty()) return;
   actions.clear();
   {
     std::lock_guard<std::mutex> lock(mu_);
     const double now = clock_->NowSeconds();
-    for (const auto& [p, s] : ended) {
+    for (const auto& [p, s] : seen) {
       auto it = jobs_.find(p.job_id);
       if (it == jobs_.end()) continue;
       Job& job = *it->second;
       if (job.attempt != p.attempt || job.handle != p.handle) continue;
       if (job.state != JobState::kLaunching && job.state != JobState::kRunning) continue;
-      std::string why = "worker group ended";
-      if (s.phase == LaunchState::Phase::kExited) {
-        why += " with exit code " + std::to_string(s.exit_code);
+      std::vector<Action> more;
+      if (s.phase == LaunchState::Phase::kRunning) {
+        if (job.queued) job.launched_at = now;  // out of the queue: the launch deadline starts
+        job.queued = false;
+      } else if (s.phase == LaunchState::Phase::kPending) {
+        more = Pending(job, s, now);
+      } else {
+        std::string why = "worker group ended";
+        if (s.phase == LaunchState::Phase::kExited) {
+          why += " with exit code " + std::to_string(s.exit_code);
+        }
+        if (!s.detail.empty()) why += " (" + s.detail + ")";
+        job.handle.clear();  // nothing left to kill
+        more = Fail(job, why, now);
       }
-      if (!s.detail.empty()) why += " (" + s.detail + ")";
-      job.handle.clear();  // nothing left to kill
-      auto more = Fail(job, why, now);
       actions.insert(actions.end(), more.begin(), more.end());
     }
   }
   Run(std::move(actions));
+}
+
+// Note [Pending attempts]: a scheduler (Slurm) may queue an attempt for long before any
+// process starts. The launch deadline (launch_timeout_seconds) is for a started group to
+// register, so it counts from when the attempt is seen to leave the queue; the queue has its own
+// limit, launcher.slurm.pending_timeout_seconds (0: none).
+std::vector<Coordinator::Action> Coordinator::Pending(Job& job, const LaunchState& state,
+                                                      double now) {
+  if (!job.queued) job.pending_since = now;
+  job.queued = true;
+  const double limit = job.spec.config.launcher.slurm.pending_timeout_seconds;
+  if (limit <= 0 || now - job.pending_since <= limit) return {};
+  std::ostringstream why;
+  why << "still queued after " << now - job.pending_since
+      << " s (launcher.slurm.pending_timeout_seconds = " << limit << "): " << state.detail;
+  return Fail(job, why.str(), now);
 }
 
 void Coordinator::Run(std::vector<Action> actions) {

@@ -235,6 +235,8 @@ class Coordinator {
   // Rolls back, then RESTARTING or FAILED; returns the kill to make (if any).
   std::vector<Action> Fail(Job& job, const std::string& reason, double now);
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
+  // An attempt its launcher says is queued: Note [Pending attempts] (mu_ held).
+  std::vector<Action> Pending(Job& job, const LaunchState& state, double now);
   void Run(std::vector<Action> actions);
   // Queues launcher calls for the next Tick (mu_ held).
   void Defer(std::vector<Action> actions);

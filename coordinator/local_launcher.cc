@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "coordinator/metrics_http.h"
 
 extern char** environ;
 
@@ -156,19 +155,6 @@ void KillSession(pid_t sid) {
 
 // The executable that `program` names: itself if it contains '/', else the first executable
 // regular file `<dir>/<program>` over the directories of `path`.
-std::string Resolve(const std::string& program, const std::string& path) {
-  auto executable = [](const std::string& file) {
-    struct stat st;
-    return stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(file.c_str(), X_OK) == 0;
-  };
-  if (program.find('/') != std::string::npos) return executable(program) ? program : "";
-  std::istringstream dirs(path);
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
-    if (executable(file)) return file;
-  }
-  return "";
-}
 
 int AvailableCores() {
   cpu_set_t set;
@@ -264,39 +250,7 @@ LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(
 
 LocalLauncher::~LocalLauncher() = default;
 
-std::map<std::string, std::string> WorkerEnvironment(
-    const char* const* environ, const std::vector<std::string>& pass_env,
-    const std::map<std::string, std::string>& spec_env) {
-  std::map<std::string, std::string> env;
-  for (const char* const* e = environ; *e != nullptr; ++e) {
-    const std::string_view entry = *e;
-    const size_t eq = entry.find('=');
-    if (eq == std::string_view::npos) continue;
-    const std::string name(entry.substr(0, eq));
-    bool allowed = std::find(pass_env.begin(), pass_env.end(), name) != pass_env.end();
-    for (const char* n : kWorkerEnvNames) allowed = allowed || name == n;
-    for (const char* p : kWorkerEnvPrefixes) allowed = allowed || name.starts_with(p);
-    if (allowed) env[name] = std::string(entry.substr(eq + 1));
-  }
-  for (const auto& [key, value] : spec_env) env[key] = value;
-  return env;
-}
-
 namespace {
-
-Status CheckSpec(const LaunchSpec& spec) {
-  const std::string what = "launch job " + spec.job_id + ": ";
-  if (spec.command.empty() || spec.command[0].empty()) {
-    return InvalidArgumentError(what + "the worker command is empty");
-  }
-  if (spec.processes < 1) {
-    return InvalidArgumentError(what + "processes is " + std::to_string(spec.processes) +
-                                ", must be at least 1");
-  }
-  if (spec.attempt < 0) return InvalidArgumentError(what + "attempt is negative");
-  if (spec.log_dir.empty()) return InvalidArgumentError(what + "log_dir is empty");
-  return OkStatus();
-}
 
 // The attempt's stdout and stderr files (<log_dir>/attempt-<N>.out, .err), opened for appending;
 // the header line naming the command goes to stderr.
@@ -332,42 +286,6 @@ StatusOr<LogFiles> OpenLogs(const LaunchSpec& spec, const std::string& command_l
   return logs;
 }
 
-// Starts `program` with `argv` and `env` in a new session (and so a new process group: Note
-// [Attempt cleanup]), stdin from /dev/null, stdout and stderr to `logs`, no blocked signals and
-// every signal at its default disposition (the coordinator may ignore SIGPIPE or block signals
-// on this thread). Returns the errno of a failed start.
-int SpawnInSession(const std::string& program, std::vector<std::string> argv,
-                   const std::map<std::string, std::string>& env, const LogFiles& logs,
-                   pid_t* pid) {
-  std::vector<std::string> env_strings;
-  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> c_env, c_argv;
-  for (std::string& s : env_strings) c_env.push_back(s.data());
-  for (std::string& s : argv) c_argv.push_back(s.data());
-  c_env.push_back(nullptr);
-  c_argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, logs.out, 1);
-  posix_spawn_file_actions_adddup2(&actions, logs.err, 2);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  const int rc = posix_spawn(pid, program.c_str(), &actions, &attr, c_argv.data(), c_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  return rc;
-}
-
 }  // namespace
 
 // The program to start and its argv: the worker command, under mpirun unless the attempt runs
@@ -375,7 +293,7 @@ int SpawnInSession(const std::string& program, std::vector<std::string> argv,
 StatusOr<std::vector<std::string>> LocalLauncher::CommandLine(const LaunchSpec& spec,
                                                               const std::string& path, bool direct,
                                                               std::string* program) const {
-  const std::string worker = Resolve(spec.command[0], path);
+  const std::string worker = ResolveProgram(spec.command[0], path);
   if (worker.empty()) {
     return InvalidArgumentError("launch job " + spec.job_id + ": worker program '" +
                                 spec.command[0] + "' is not an executable file" +
@@ -384,7 +302,7 @@ StatusOr<std::vector<std::string>> LocalLauncher::CommandLine(const LaunchSpec& 
   std::vector<std::string> argv;
   *program = worker;
   if (!direct) {
-    *program = Resolve(options_.mpirun, path);
+    *program = ResolveProgram(options_.mpirun, path);
     if (program->empty()) {
       return UnavailableError("launch job " + spec.job_id + ": mpirun '" + options_.mpirun +
                               "' is not an executable file");
@@ -412,7 +330,7 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
     ++failures_;
     return status;
   };
-  if (Status s = CheckSpec(spec); !s.ok()) return fail(s);
+  if (Status s = CheckLaunchSpec(spec); !s.ok()) return fail(s);
   // The environment (Note [Worker environment] in the header).
   std::map<std::string, std::string> env = WorkerEnvironment(environ, options_.pass_env, spec.env);
   const bool direct = spec.processes == 1 && options_.direct_single_process;
@@ -431,7 +349,7 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
   if (!logs.ok()) return fail(logs.status());
 
   pid_t pid = 0;
-  const int rc = SpawnInSession(program, *argv, env, *logs, &pid);
+  const int rc = Spawn(program, *argv, env, logs->out, logs->err, /*new_session=*/true, &pid);
   close(logs->out);
   close(logs->err);
   if (rc != 0) {
@@ -587,30 +505,14 @@ Status LocalLauncher::Kill(const std::string& handle) {
   return OkStatus();
 }
 
-void LocalLauncher::RenderMetrics(PrometheusWriter& writer) const {
-  int64_t running = 0, started = 0, failures = 0, kills = 0;
-  {
-    std::lock_guard lock(mu_);
-    started = started_;
-    failures = failures_;
-    kills = kills_;
-    for (const auto& [handle, attempt] : attempts_) {
-      std::unique_lock attempt_lock(attempt->mu, std::try_to_lock);
-      running += !attempt_lock.owns_lock() || !attempt->done;
-    }
+LauncherCounts LocalLauncher::Counts() const {
+  std::lock_guard lock(mu_);
+  LauncherCounts counts{started_, failures_, kills_, 0};
+  for (const auto& [handle, attempt] : attempts_) {
+    std::unique_lock attempt_lock(attempt->mu, std::try_to_lock);
+    counts.running += !attempt_lock.owns_lock() || !attempt->done;
   }
-  const PrometheusWriter::Labels labels = {{"launcher", "local"}};
-  writer.Family("fullband_launcher_attempts_started_total", MetricType::kCounter,
-                "Worker attempts started.");
-  writer.Sample(labels, static_cast<double>(started));
-  writer.Family("fullband_launcher_launch_failures_total", MetricType::kCounter,
-                "Launches refused or failed before a process started.");
-  writer.Sample(labels, static_cast<double>(failures));
-  writer.Family("fullband_launcher_kills_total", MetricType::kCounter, "Attempts ended by Kill.");
-  writer.Sample(labels, static_cast<double>(kills));
-  writer.Family("fullband_launcher_attempts_running", MetricType::kGauge,
-                "Attempts started and not yet seen to end.");
-  writer.Sample(labels, static_cast<double>(running));
+  return counts;
 }
 
 }  // namespace fullband::coordinator

@@ -18,8 +18,6 @@
 
 namespace fullband::coordinator {
 
-class PrometheusWriter;
-
 struct LocalLauncherOptions {
   // The mpirun program: a path, or a name looked up in PATH.
   std::string mpirun = "mpirun";
@@ -36,34 +34,6 @@ struct LocalLauncherOptions {
   // environment]).
   std::vector<std::string> pass_env;
 };
-
-// Note [Worker environment]: a worker does not inherit the coordinator's whole environment (an
-// operator's FULLBAND_TOKEN must never reach a job). It gets, from the coordinator's
-// environment, only what runs programs, MPI and the GPU need — kWorkerEnvNames, the variables
-// starting with kWorkerEnvPrefixes, and LocalLauncherOptions::pass_env — and on top the
-// LaunchSpec's own variables (FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_COORDINATOR,
-// FULLBAND_WORKER_TOKEN, FULLBAND_JOB_DIR, FULLBAND_TLS_CA).
-inline constexpr const char* kWorkerEnvNames[] = {"PATH",
-                                                  "HOME",
-                                                  "USER",
-                                                  "LOGNAME",
-                                                  "SHELL",
-                                                  "LANG",
-                                                  "LANGUAGE",
-                                                  "TZ",
-                                                  "TMPDIR",
-                                                  "LD_LIBRARY_PATH",
-                                                  "CUDA_VISIBLE_DEVICES",
-                                                  "CUDA_HOME",
-                                                  "OMP_NUM_THREADS"};
-inline constexpr const char* kWorkerEnvPrefixes[] = {"LC_",   "OMPI_", "PMIX_",
-                                                     "OPAL_", "NCCL_", "UCX_"};
-
-// The environment of a worker: the allowed part of `environ` (NAME=value entries, null-ended),
-// `pass_env`'s names among them, then `spec_env` on top.
-std::map<std::string, std::string> WorkerEnvironment(
-    const char* const* environ, const std::vector<std::string>& pass_env,
-    const std::map<std::string, std::string>& spec_env);
 
 class LocalLauncher final : public Launcher {
  public:
@@ -96,10 +66,8 @@ class LocalLauncher final : public Launcher {
   // (kRunning on timeout). NOT_FOUND as Poll.
   StatusOr<LaunchState> Wait(const std::string& handle, std::chrono::milliseconds timeout);
 
-  // fullband_launcher_attempts_started_total, fullband_launcher_launch_failures_total,
-  // fullband_launcher_kills_total and fullband_launcher_attempts_running, label
-  // launcher="local".
-  void RenderMetrics(PrometheusWriter& writer) const;
+  // For /metrics (WriteLauncherMetrics).
+  LauncherCounts Counts() const;
 
  private:
   struct Attempt;

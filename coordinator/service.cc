@@ -64,7 +64,17 @@ LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config) {
   lo.direct_single_process = config.direct_single_process;
   lo.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(config.kill_grace_seconds * 1000));
   lo.pass_env = config.worker_env;
+  lo.mpirun_args = config.mpirun_args;
   return lo;
+}
+
+SlurmLauncherOptions SlurmLauncherOptionsFor(const ServiceConfig& config) {
+  SlurmLauncherOptions so;
+  so.bin_dir = config.slurm_bin_dir;
+  so.poll_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(config.slurm_poll_seconds * 1000));
+  so.pass_env = config.worker_env;
+  return so;
 }
 
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const ServiceConfig& config,
@@ -82,6 +92,7 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
     s->own_launcher_ = std::make_unique<LocalLauncher>(LocalLauncherOptionsFor(config));
     launcher = s->own_launcher_.get();
   }
+  s->slurm_launcher_ = std::make_unique<SlurmLauncher>(SlurmLauncherOptionsFor(config));
   if (!config.tokens_file.empty()) {
     s->auth_ = std::make_unique<Authenticator>();
     FB_RETURN_IF_ERROR(s->auth_->LoadTokensFile(config.tokens_file));
@@ -119,9 +130,11 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
   go.address = config.listen;
   go.tls_cert_file = config.tls_cert;
   go.tls_key_file = config.tls_key;
-  FB_ASSIGN_OR_RETURN(
-      s->coordinator_,
-      Coordinator::Create(options, clock, {{LauncherKind::kLocal, launcher}}, s->store_.get()));
+  FB_ASSIGN_OR_RETURN(s->coordinator_,
+                      Coordinator::Create(options, clock,
+                                          {{LauncherKind::kLocal, launcher},
+                                           {LauncherKind::kSlurm, s->slurm_launcher_.get()}},
+                                          s->store_.get()));
   s->handler_ = std::make_unique<RpcHandler>(s->coordinator_.get(), s->auth_.get());
   s->grpc_ = std::make_unique<GrpcServer>(go, s->handler_.get());
   FB_RETURN_IF_ERROR(s->grpc_->Start().WithContext("gRPC server"));
@@ -178,7 +191,11 @@ std::string CoordinatorService::RenderMetrics() const {
   PrometheusWriter w;
   WriteJobMetrics(coordinator_->ListJobs("", /*include_finished=*/true), w);
   if (auth_) auth_->RenderMetrics(w);
-  if (auto* local = dynamic_cast<LocalLauncher*>(own_launcher_.get())) local->RenderMetrics(w);
+  std::vector<std::pair<std::string, LauncherCounts>> launchers;
+  if (own_launcher_) launchers.emplace_back("local", own_launcher_->Counts());
+  launchers.emplace_back("slurm", slurm_launcher_->Counts());
+  WriteLauncherMetrics(launchers, w);
+  slurm_launcher_->RenderCommandMetrics(w);
   if (metrics_) metrics_->RenderMetrics(w);
   WriteProcessMetrics(w);
   return w.Take();

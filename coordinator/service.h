@@ -28,6 +28,7 @@
 #include "coordinator/local_launcher.h"
 #include "coordinator/metrics_http.h"
 #include "coordinator/rpc_handler.h"
+#include "coordinator/slurm_launcher.h"
 #include "coordinator/store.h"
 
 namespace fullband::coordinator {
@@ -48,8 +49,11 @@ struct ServiceConfig {
   double launch_timeout_seconds = 600;
   double tick_seconds = 0.5;  // a missed deadline is acted on within one tick
   std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args;  // before -np, e.g. a hostfile
   bool direct_single_process = false;
   double kill_grace_seconds = 10;
+  std::string slurm_bin_dir;      // sbatch, squeue, scancel, sacct, scontrol; "" = PATH
+  double slurm_poll_seconds = 5;  // squeue at most this often, for every job at once
 
   bool operator==(const ServiceConfig&) const = default;
 };
@@ -72,8 +76,11 @@ void VisitFields(M& c, Visitor&& visit) {
   visit("launch_timeout_seconds", c.launch_timeout_seconds);
   visit("tick_seconds", c.tick_seconds);
   visit("mpirun", c.mpirun);
+  visit("mpirun_args", c.mpirun_args);
   visit("direct_single_process", c.direct_single_process);
   visit("kill_grace_seconds", c.kill_grace_seconds);
+  visit("slurm_bin_dir", c.slurm_bin_dir);
+  visit("slurm_poll_seconds", c.slurm_poll_seconds);
 }
 
 // Parses coordinator.yaml; INVALID_ARGUMENT naming "<source>:<line>: <field>" for unknown
@@ -85,12 +92,16 @@ StatusOr<ServiceConfig> LoadServiceConfig(const std::string& path);  // + NOT_FO
 // listens on every interface ("0.0.0.0:7070", "[::]:7070", ":7070"), which is not dialable.
 std::string DialableHost(const std::string& listen);
 
-// The local launcher's options that `config` sets (mpirun, direct_single_process, kill grace).
+// The local launcher's options that `config` sets (mpirun and its arguments,
+// direct_single_process, kill grace, worker_env).
 LocalLauncherOptions LocalLauncherOptionsFor(const ServiceConfig& config);
+// The slurm launcher's (slurm_bin_dir, slurm_poll_seconds, worker_env).
+SlurmLauncherOptions SlurmLauncherOptionsFor(const ServiceConfig& config);
 
 class CoordinatorService {
  public:
-  // Opens the store, loads the jobs and starts serving. `launcher` and `clock` (not owned)
+  // Opens the store, loads the jobs and starts serving, with the local launcher for
+  // `launcher.kind: local` and the slurm launcher for `slurm`. `launcher` and `clock` (not owned)
   // replace the local launcher and the real clock in tests.
   static StatusOr<std::unique_ptr<CoordinatorService>> Start(const ServiceConfig& config,
                                                              Launcher* launcher = nullptr,
@@ -114,7 +125,8 @@ class CoordinatorService {
 
   ServiceConfig config_;
   RealClock real_clock_;
-  std::unique_ptr<Launcher> own_launcher_;
+  std::unique_ptr<LocalLauncher> own_launcher_;  // unless Start was given one
+  std::unique_ptr<SlurmLauncher> slurm_launcher_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Coordinator> coordinator_;

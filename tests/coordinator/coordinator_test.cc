@@ -543,6 +543,48 @@ TEST_F(CoordinatorTest, LaunchFailureOrNoRegistration_IsAFailure) {
   EXPECT_NE(job->reason.find("did not register"), std::string::npos);
 }
 
+// Note [Pending attempts]: time in a scheduler's queue is not launch time; the queue has its own
+// limit, and the launch deadline starts when the attempt leaves it.
+TEST_F(CoordinatorTest, PendingAttempt_LaunchDeadlineWaitsAndQueueLimitFails) {
+  Config config = SmallConfig();
+  config.launcher.slurm.pending_timeout_seconds = 1000;
+  config.launcher.slurm.partition = "gpu";
+  const std::string id = *coordinator_->SubmitJob({"run", "alice", config});
+  coordinator_->Tick();
+  ASSERT_EQ(launcher_.launches().size(), 1u);
+  EXPECT_EQ(launcher_.launches()[0].slurm, config.launcher.slurm);
+  launcher_.SetPending("h1", "Slurm job 5 PENDING (Resources)");
+  for (int i = 0; i < 9; ++i) {  // 900 s queued: past the 300 s launch deadline, not failed
+    clock_.Advance(100);
+    coordinator_->Tick();
+  }
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  launcher_.SetRunning("h1");
+  coordinator_->Tick();  // the launch deadline counts from when it is seen to leave the queue
+  clock_.Advance(300);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kLaunching);
+  clock_.Advance(1);
+  coordinator_->Tick();
+  EXPECT_EQ(State(id), JobState::kRestarting);
+
+  clock_.Advance(10);  // the relaunch, queued past its limit
+  coordinator_->Tick();
+  ASSERT_EQ(launcher_.launches().size(), 2u);
+  launcher_.SetPending("h2", "Slurm job 6 PENDING (PartitionDown)");
+  coordinator_->Tick();
+  clock_.Advance(1001);
+  coordinator_->Tick();
+  StatusOr<JobInfo> job = coordinator_->GetJob(id);
+  EXPECT_EQ(job->state, JobState::kRestarting);
+  EXPECT_NE(job->reason.find("still queued after 1001 s (launcher.slurm.pending_timeout_seconds = "
+                             "1000): Slurm job 6 PENDING (PartitionDown)"),
+            std::string::npos)
+      << job->reason;
+  coordinator_->Tick();
+  EXPECT_EQ(launcher_.killed().back(), "h2");
+}
+
 TEST_F(CoordinatorTest, Cancel_KillsTheGroupAndIsFinal) {
   const std::string id = StartJob();
   StatusOr<JobInfo> job = coordinator_->CancelJob(id, "by alice");

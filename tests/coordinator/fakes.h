@@ -73,6 +73,14 @@ class FakeLauncher final : public Launcher {
     std::lock_guard<std::mutex> lock(mu_);
     states_[handle] = LaunchState{LaunchState::Phase::kExited, code, ""};
   }
+  void SetPending(const std::string& handle, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    states_[handle] = LaunchState{LaunchState::Phase::kPending, 0, why};
+  }
+  void SetRunning(const std::string& handle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    states_[handle] = LaunchState{};
+  }
   std::vector<LaunchSpec> launches() const {
     std::lock_guard<std::mutex> lock(mu_);
     return launches_;

@@ -366,7 +366,7 @@ TEST_F(LocalLauncherTest, LaunchPollWaitKill_FromManyThreads_AreConsistent) {
   EXPECT_EQ(good.load(), 20);
 }
 
-TEST_F(LocalLauncherTest, RenderMetrics_CountsStartsFailuresKillsAndRunning) {
+TEST_F(LocalLauncherTest, Counts_StartsFailuresKillsAndRunning) {
   LocalLauncher launcher(Direct());
   const std::string fifo = MakeFifo();
   auto running = launcher.Launch(Spec("echo up > " + fifo + "; exec sleep 1000"));
@@ -376,7 +376,7 @@ TEST_F(LocalLauncherTest, RenderMetrics_CountsStartsFailuresKillsAndRunning) {
   bad.command = {"fullband-no-such-program"};
   EXPECT_FALSE(launcher.Launch(bad).ok());
   PrometheusWriter before;
-  launcher.RenderMetrics(before);
+  WriteLauncherMetrics({{"local", launcher.Counts()}}, before);
   EXPECT_NE(before.text().find("fullband_launcher_attempts_started_total{launcher=\"local\"} 1"),
             std::string::npos);
   EXPECT_NE(before.text().find("fullband_launcher_launch_failures_total{launcher=\"local\"} 1"),
@@ -385,7 +385,7 @@ TEST_F(LocalLauncherTest, RenderMetrics_CountsStartsFailuresKillsAndRunning) {
             std::string::npos);
   ASSERT_TRUE(launcher.Kill(*running).ok());
   PrometheusWriter after;
-  launcher.RenderMetrics(after);
+  WriteLauncherMetrics({{"local", launcher.Counts()}}, after);
   EXPECT_NE(after.text().find("fullband_launcher_kills_total{launcher=\"local\"} 1"),
             std::string::npos);
   EXPECT_NE(after.text().find("fullband_launcher_attempts_running{launcher=\"local\"} 0"),
