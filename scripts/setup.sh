@@ -14,6 +14,8 @@ packages=(
   clang-format python3 python3-numpy python3-yaml python3-torch
   prometheus  # promtool validates the /metrics exposition in tests; a real scrape test
   gnuplot-nox  # `fullband plot`
+  slurmctld slurmd slurm-client munge iproute2 util-linux  # the slurm launcher's tests: a private
+                                                           # cluster, simulated hosts
   libssl-dev linux-doc-6.1 nodejs  # tokenizer: SHA-256; parity/bench text; the tiktoken reference
 )
 

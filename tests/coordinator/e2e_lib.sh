@@ -38,15 +38,16 @@ ${2:-}
 YAML
 }
 
-# The pids of the `fullband worker` ranks of job $1 that this test's coordinator launched (their
+# The pids of the `fullband worker` ranks (not mpirun or srun) of job $1 that this test's coordinator launched (their
 # FULLBAND_JOB_DIR is under $dir, so tests running side by side never see each other's), or of
-# its rank $2 only.
+# its rank $2 only (OMPI_COMM_WORLD_RANK under mpirun, SLURM_PROCID under srun).
 worker_pids() {
   local p env
   for p in $(pgrep -f "fullband worker" || true); do
-    env=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null || true)
+    [[ $(cat "/proc/$p/comm" 2> /dev/null) == fullband ]] || continue  # not mpirun or srun
+    env=$(tr '\0' '\n' 2> /dev/null < "/proc/$p/environ" || true)
     grep -qx "FULLBAND_JOB_DIR=$dir/jobs/$1" <<< "$env" || continue
-    [[ -z ${2:-} ]] || grep -qx "OMPI_COMM_WORLD_RANK=$2" <<< "$env" || continue
+    [[ -z ${2:-} ]] || grep -qxE "(OMPI_COMM_WORLD_RANK|SLURM_PROCID)=$2" <<< "$env" || continue
     echo "$p"
   done
 }

@@ -31,7 +31,7 @@ schedule: {seed: 4, phases: [{until: 1.0, mix: {1: 0.5, 2: 0.3, 3: 0.2}}]}
 checkpoint: {dir: $dir/ckpt-$1, every_steps: 4, keep: 3}
 budget: {kind: tokens, amount: $((steps * 8 * seq_len))}
 runtime: {threads: 1, log_every: 1, peak_gflops: 1}
-launcher: {command: [$fullband, worker], extra_args: [${2:-}], max_restarts: 2, backoff_seconds: 2${3:-}}
+launcher: {command: [$fullband, worker], extra_args: [${2:-}], max_restarts: ${max_restarts:-2}, backoff_seconds: 2${3:-}}
 YAML
 }
 json() { "$fullband" status "$1" --json; }

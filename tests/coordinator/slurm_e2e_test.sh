@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Jobs with `launcher.kind: slurm` on a real Slurm (docs/SLURM.md): a private single-node
+# cluster from scripts/slurm_cluster.sh, a coordinator, and the DP2 + ZeRO-1 job of chaos_lib.sh,
+# held to the same job run by the local launcher:
+#   1. a job runs through sbatch to COMPLETED with an exact ledger, final state bitwise equal to
+#      the local run; its sbatch script is kept and holds no token; time from submit to the
+#      first counted step, Slurm against local, and the squeue calls per minute per job;
+#   2. `fullband cancel` → the Slurm job is CANCELLED and no process of it is left (Kill returns
+#      once Slurm says the job ended);
+#   3. kill -9 of rank 1 inside the allocation → a new Slurm job, the job completes;
+#   4. a job over its time limit (1 minute) → TIMEOUT is the failure reason;
+#   5. the coordinator killed and restarted while the Slurm job runs → no second launch.
+# usage: slurm_e2e_test.sh FULLBAND
+set -euo pipefail
+[[ $(id -u) == 0 ]] || { echo "SKIP: needs root (Slurm's daemons, network namespaces)"; exit 77; }
+fullband=$(realpath "$1")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/tests/coordinator/e2e_lib.sh"
+steps=40 d_model=128 seq_len=64  # about 0.1 s a step: faults land mid-run
+source "$root/tests/worker/chaos_lib.sh"
+cluster=$dir/slurm
+trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true; cleanup' EXIT
+"$root/scripts/slurm_cluster.sh" start "$cluster" > /dev/null
+source "$cluster/env"
+
+listen=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+write_coordinator_config "$dir/coordinator.yaml" "slurm_poll_seconds: 1
+metrics_listen: 127.0.0.1:0"
+start_coordinator "$fullband" "$dir/coordinator.yaml"
+read -r -u 3 line || fail "no metrics port"
+metrics=127.0.0.1:${line##* }
+slurm=", kind: slurm, slurm: {cpus_per_task: 1}"
+
+now() { date +%s.%N; }
+# Seconds from now until job $1 has counted its first step.
+first_step_after() {
+  local start
+  start=$(now)
+  wait_until "$1" "int(j['ledger'].get('steps', 0)) >= 1" "$1: no first step"
+  python3 -c "print(f'{$(now) - $start:.2f}')"
+}
+# The Slurm job ids of job $1's attempts, from the coordinator's log.
+slurm_ids() { grep -o "job $1: launched attempt [0-9]* (slurm [0-9]*)" "$dir/coordinator.err" |
+                grep -o "[0-9]*)$" | tr -d ')' | tr '\n' ' '; }
+# Slurm's state of Slurm job $1: squeue while it knows the job, else the completion log.
+slurm_state() {
+  local s
+  s=$(squeue --noheader --states=all --jobs="$1" --format=%T 2> /dev/null || true)
+  [[ -n $s ]] || s=$(grep -o "^JobId=$1 .*JobState=[A-Z_]*" "$cluster/jobcomp.log" | sed 's/.*=//')
+  echo "$s"
+}
+# Every process of job $1 (ranks, srun, the batch script): its FULLBAND_JOB_DIR is the job's.
+job_processes() {
+  grep -lxs "FULLBAND_JOB_DIR=$dir/jobs/$1" --null-data /proc/[0-9]*/environ | cut -d/ -f3 || true
+}
+squeue_calls() {
+  curl -s "http://$metrics/metrics" |
+    awk '/^fullband_launcher_slurm_commands_total\{command="squeue"\}/ {n = $2} END {print n + 0}'
+}
+
+# 1. The reference under the local launcher, then the same job under Slurm.
+job clean > "$dir/clean.yaml"
+clean=$("$fullband" submit "$dir/clean.yaml")
+local_first=$(first_step_after "$clean")
+check_reference() {
+  wait_until "$clean" "j['state'].endswith('COMPLETED') and int(j.get('committed_step', 0)) == $steps" \
+    "the local run"
+  reference=$(final_shards clean)
+}
+check_reference
+job slurm-clean "" "$slurm" > "$dir/a.yaml"
+calls_before=$(squeue_calls)
+started=$(now)
+a=$("$fullband" submit "$dir/a.yaml")
+slurm_first=$(first_step_after "$a")
+check slurm-clean "$a" 0 0
+ended=$(now)
+calls=$(($(squeue_calls) - calls_before))
+script=$dir/jobs/$a/attempt-0.sbatch
+[[ -f $script ]] || fail "slurm-clean: no $script"
+grep -q "^exec srun --mpi=pmix" "$script" || fail "slurm-clean: $script does not srun"
+! grep -qi "token" <(grep -v "^#" "$script") || fail "slurm-clean: $script holds a token"
+id=$(slurm_ids "$a")
+[[ $(slurm_state "$id") == COMPLETED ]] || fail "slurm-clean: Slurm job $id is $(slurm_state "$id")"
+python3 - "$local_first" "$slurm_first" "$calls" "$started" "$ended" <<'PY'
+import json, sys
+local, slurm, calls, start, end = map(float, sys.argv[1:])
+print(json.dumps({"submit_to_first_step_s": {"local": local, "slurm": slurm},
+                  "squeue_calls_per_minute_per_job": round(calls / ((end - start) / 60), 1)}))
+PY
+
+# 2. Cancel: Slurm's job ends CANCELLED, and no worker is left.
+job slurm-cancel "" "$slurm" > "$dir/b.yaml"
+b=$("$fullband" submit "$dir/b.yaml")
+wait_until "$b" "int(j['ledger'].get('steps', 0)) >= 3" "slurm-cancel: no steps"
+id=$(slurm_ids "$b" | awk '{print $NF}')
+"$fullband" cancel "$b" --reason "test" > /dev/null
+wait_until "$b" "j['state'].endswith('CANCELLED')" "slurm-cancel: not cancelled"
+for _ in $(seq 100); do [[ $(slurm_state "$id") == CANCELLED ]] && break; sleep 0.1; done
+[[ $(slurm_state "$id") == CANCELLED ]] || fail "slurm-cancel: Slurm job $id is $(slurm_state "$id")"
+for _ in $(seq 300); do [[ -z $(job_processes "$b") ]] && break; sleep 0.1; done
+[[ -z $(job_processes "$b") ]] || fail "slurm-cancel: processes left: $(job_processes "$b")"
+echo "slurm-cancel: Slurm job $id CANCELLED, no process of it left"
+
+# 3. kill -9 of rank 1: a new Slurm job, then COMPLETED.
+job slurm-kill-rank "" "$slurm" > "$dir/c.yaml"
+c=$("$fullband" submit "$dir/c.yaml")
+wait_until "$c" "int(j['ledger'].get('steps', 0)) >= 10" "slurm-kill-rank: no steps"
+pid=$(worker_pids "$c" 1)
+[[ -n $pid ]] || fail "slurm-kill-rank: no rank 1"
+kill -9 "$pid"
+check slurm-kill-rank "$c" 1 0
+ids=($(slurm_ids "$c"))
+[[ ${#ids[@]} == 2 && ${ids[0]} != "${ids[1]}" ]] || fail "slurm-kill-rank: Slurm jobs ${ids[*]}"
+echo "slurm-kill-rank: reason of the restart: $(grep "job $c restarting" "$dir/coordinator.err" | sed 's/.*: //')"
+
+# 5. kill -9 of the coordinator while the Slurm job runs; a new one on the same store.
+job slurm-coordinator-kill "" "$slurm" > "$dir/e.yaml"
+e=$("$fullband" submit "$dir/e.yaml")
+wait_until "$e" "int(j['ledger'].get('steps', 0)) >= 10" "slurm-coordinator-kill: no steps"
+kill -9 "$coordinator_pid"
+while read -r -u 3 word rest; do [[ $word == exit ]] && break; done
+cp "$dir/coordinator.err" "$dir/coordinator-1.err"
+start_coordinator "$fullband" "$dir/coordinator.yaml"
+check slurm-coordinator-kill "$e" 0 0
+cat "$dir/coordinator-1.err" "$dir/coordinator.err" > "$dir/all.err"
+n=$(grep -c "job $e: launched attempt" "$dir/all.err")
+[[ $n == 1 ]] || fail "slurm-coordinator-kill: $n launches"
+named=$(grep -c "Name=fullband-$e-" "$cluster/jobcomp.log")
+[[ $named == 1 ]] || fail "slurm-coordinator-kill: $named Slurm jobs"
+echo "slurm-coordinator-kill: one Slurm job, no restart"
+
+# 4. Over the time limit (1 minute; Slurm enforces it within about 30 s more).
+steps=100000 max_restarts=0 job slurm-timeout "" ", kind: slurm, slurm: {time_limit: '1'}" > "$dir/d.yaml"
+d=$("$fullband" submit "$dir/d.yaml")
+for _ in $(seq 1500); do
+  [[ $(field "$d" "['state']") == JOB_STATE_FAILED ]] && break
+  sleep 0.1
+done
+reason=$(field "$d" "['reason']")
+[[ $reason == *TIMEOUT* ]] || fail "slurm-timeout: reason '$reason'"
+echo "slurm-timeout: $reason"
+
+kill -TERM "$coordinator_pid"
+coordinator_pid=
+echo "slurm_e2e_test: ok"
