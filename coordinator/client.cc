@@ -48,8 +48,9 @@ uint64_t NewIncarnation() {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o) {
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& o, bool own_connection) {
   grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (o.tls_ca_file.empty()) {
     credentials = grpc::InsecureChannelCredentials();
@@ -212,11 +213,17 @@ std::string WorkerClient::stop_reason() const {
   return stop_reason_;
 }
 
+// Note [Heartbeats after a coordinator restart]: a channel whose connection failed waits out
+// gRPC's reconnect back-off (a second and more, growing with each failure) before it dials
+// again, so beats on it keep failing for a while after a restarted coordinator is listening,
+// which can outlast the heartbeat timeout. After a failed beat the next one goes on a new
+// channel with a connection of its own, which dials at once.
 void WorkerClient::HeartbeatLoop() {
   const auto interval =
       std::chrono::duration<double>(std::max(0.01, registration_.heartbeat_interval_seconds()));
   ClientOptions o = options_;
   o.max_attempts = 1;  // the next beat is the retry
+  std::unique_ptr<proto::WorkerService::Stub> stub;
   std::unique_lock<std::mutex> lock(mu_);
   while (!closing_) {
     cv_.wait_for(lock, interval, [this] { return closing_; });
@@ -226,8 +233,18 @@ void WorkerClient::HeartbeatLoop() {
     request.set_job_id(job_id_);
     request.set_incarnation(incarnation_);
     proto::HeartbeatResponse response;
-    const Status s = Call(
-        o, [&](grpc::ClientContext* c) { return impl_->stub->Heartbeat(c, request, &response); });
+    Status s = OkStatus();
+    if (!stub) {
+      StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeChannel(o, /*own_connection=*/true);
+      if (channel.ok()) stub = proto::WorkerService::NewStub(*channel);
+      s = channel.status();
+    }
+    if (stub) {
+      s = Call(o, [&](grpc::ClientContext* c) { return stub->Heartbeat(c, request, &response); });
+    }
+    if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
+      stub.reset();
+    }
     lock.lock();
     std::string why;
     if (s.code() == StatusCode::kAborted || s.code() == StatusCode::kNotFound ||

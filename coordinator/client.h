@@ -41,8 +41,11 @@ struct ClientOptions {
   double max_retry_backoff_seconds = 5;
 };
 
-// Errors of MakeClientTlsCredentials (tls.h) when the CA file is bad.
-StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options);
+// Errors of MakeClientTlsCredentials (tls.h) when the CA file is bad. With `own_connection` the
+// channel's connection is its own, not shared with other channels to the same address through
+// gRPC's global subchannel pool (nor its reconnect back-off).
+StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options,
+                                                     bool own_connection = false);
 
 class JobClient {
  public:
