@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <sstream>
 
 #include "common/logging.h"
@@ -909,7 +910,7 @@ std::vector<Coordinator::Action> Coordinator::Pending(Job& job, const LaunchStat
   const double limit = job.spec.config.launcher.slurm.pending_timeout_seconds;
   if (limit <= 0 || now - job.pending_since <= limit) return {};
   std::ostringstream why;
-  why << "still queued after " << now - job.pending_since
+  why << std::fixed << std::setprecision(1) << "still queued after " << now - job.pending_since
       << " s (launcher.slurm.pending_timeout_seconds = " << limit << "): " << state.detail;
   return Fail(job, why.str(), now);
 }

@@ -301,7 +301,7 @@ StatusOr<std::string> SlurmLauncher::Submit(const LaunchSpec& spec, const std::s
     if (r.exit_code == 0 && IsJobId(id)) return id;
     if (!Unreachable(r)) {
       return FailedPreconditionError(
-          "Slurm rejected " + what + ": " +
+          "Slurm rejected it: " +
           (r.err.empty() ? "sbatch printed '" + Trim(r.out) + "'" : FirstLine(r.err)));
     }
     last = r.timed_out ? "sbatch timed out" : FirstLine(r.err);
@@ -313,7 +313,7 @@ StatusOr<std::string> SlurmLauncher::Submit(const LaunchSpec& spec, const std::s
     // A submission whose answer was lost is there already: never submit it twice.
     if (std::optional<std::string> id = FindLiveJob(SlurmJobName(spec))) return *id;
   }
-  return UnavailableError("Slurm did not accept " + what + " after " +
+  return UnavailableError("Slurm did not accept it after " +
                           std::to_string(options_.submit_attempts) + " tries: " + last);
 }
 
@@ -349,8 +349,9 @@ StatusOr<std::string> SlurmLauncher::Launch(const LaunchSpec& spec) {
   }
   StatusOr<std::string> id = Submit(spec, path, env);
   if (!id.ok()) {
-    return fail(
-        Status(id.status().code(), "launch job " + spec.job_id + ": " + id.status().message()));
+    return fail(Status(id.status().code(), "launch job " + spec.job_id + " attempt " +
+                                               std::to_string(spec.attempt) + ": " +
+                                               id.status().message()));
   }
   std::lock_guard lock(mu_);
   ++started_;

@@ -577,8 +577,8 @@ TEST_F(CoordinatorTest, PendingAttempt_LaunchDeadlineWaitsAndQueueLimitFails) {
   coordinator_->Tick();
   StatusOr<JobInfo> job = coordinator_->GetJob(id);
   EXPECT_EQ(job->state, JobState::kRestarting);
-  EXPECT_NE(job->reason.find("still queued after 1001 s (launcher.slurm.pending_timeout_seconds = "
-                             "1000): Slurm job 6 PENDING (PartitionDown)"),
+  EXPECT_NE(job->reason.find("still queued after 1001.0 s (launcher.slurm.pending_timeout_seconds "
+                             "= 1000.0): Slurm job 6 PENDING (PartitionDown)"),
             std::string::npos)
       << job->reason;
   coordinator_->Tick();

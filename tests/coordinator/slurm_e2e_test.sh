@@ -9,7 +9,9 @@
 #      once Slurm says the job ended);
 #   3. kill -9 of rank 1 inside the allocation → a new Slurm job, the job completes;
 #   4. a job over its time limit (1 minute) → TIMEOUT is the failure reason;
-#   5. the coordinator killed and restarted while the Slurm job runs → no second launch.
+#   5. the coordinator killed and restarted while the Slurm job runs → no second launch;
+#   6. errors that name their cause: a partition Slurm does not have, a job queued past
+#      launcher.slurm.pending_timeout_seconds (held by --begin), slurmctld down.
 # usage: slurm_e2e_test.sh FULLBAND
 set -euo pipefail
 [[ $(id -u) == 0 ]] || { echo "SKIP: needs root (Slurm's daemons, network namespaces)"; exit 77; }
@@ -130,6 +132,20 @@ named=$(grep -c "Name=fullband-$e-" "$cluster/jobcomp.log")
 [[ $named == 1 ]] || fail "slurm-coordinator-kill: $named Slurm jobs"
 echo "slurm-coordinator-kill: one Slurm job, no restart"
 
+# 6. Errors. The failure reason of a job that cannot restart ($1, YAML $2); it must hold $3.
+fails_with() {
+  max_restarts=0 job "$1" "" ", kind: slurm, $2" > "$dir/$1.yaml"
+  local id reason
+  id=$("$fullband" submit "$dir/$1.yaml")
+  wait_until "$id" "j['state'].endswith('FAILED')" "$1: did not fail"
+  reason=$(field "$id" "['reason']")
+  [[ $reason == *"$3"* ]] || fail "$1: reason '$reason'"
+  echo "$1: $reason"
+}
+fails_with bad-partition "slurm: {partition: nope}" "Slurm rejected"
+fails_with held "slurm: {pending_timeout_seconds: 3, sbatch_args: [--begin=now+3600]}" \
+  "(BeginTime)"
+
 # 4. Over the time limit (1 minute; Slurm enforces it within about 30 s more).
 steps=100000 max_restarts=0 job slurm-timeout "" ", kind: slurm, slurm: {time_limit: '1'}" > "$dir/d.yaml"
 d=$("$fullband" submit "$dir/d.yaml")
@@ -140,6 +156,12 @@ done
 reason=$(field "$d" "['reason']")
 [[ $reason == *TIMEOUT* ]] || fail "slurm-timeout: reason '$reason'"
 echo "slurm-timeout: $reason"
+
+# 6. (last: it stops Slurm) slurmctld down: sbatch is retried, then the launch fails.
+pid=$(cat "$cluster/run/slurmctld.pid")
+kill -TERM "$pid"
+while kill -0 "$pid" 2> /dev/null; do sleep 0.1; done
+fails_with slurm-down "slurm: {}" "Slurm did not accept"
 
 kill -TERM "$coordinator_pid"
 coordinator_pid=
