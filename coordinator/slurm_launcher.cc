@@ -415,9 +415,9 @@ Status SlurmLauncher::Kill(const std::string& handle) {
     if (states.ok()) {
       auto it = states->find(handle);
       if (it == states->end() || IsFinal(it->second)) {
+        LaunchState ended = it == states->end() ? Finished(handle) : it->second;  // takes mu_
         std::lock_guard lock(mu_);
-        known_[handle].state =
-            it == states->end() ? Finished(handle) : it->second;  // Poll need not ask again
+        known_[handle].state = std::move(ended);  // Poll need not ask again
         return OkStatus();
       }
     }
