@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -512,6 +513,26 @@ TEST_F(GrpcServerTest, Metrics_RenderEveryJob) {
   std::ofstream(path) << text;
   EXPECT_EQ(std::system(("promtool check metrics < " + path + " > /dev/null 2>&1").c_str()), 0)
       << text;
+}
+
+// Every family /metrics serves is named in a row of the metrics tables of docs/COORDINATOR.md.
+TEST_F(GrpcServerTest, Metrics_EveryFamilyIsDocumented) {
+  SubmitAndLaunch();
+  std::ifstream in(std::string(FULLBAND_SOURCE_DIR) + "/docs/COORDINATOR.md");
+  std::string rows;  // the table rows
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("| `")) rows += line + "\n";
+  }
+  std::istringstream lines(service_->RenderMetrics());
+  int families = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("# TYPE ")) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    ++families;
+    EXPECT_NE(rows.find("`" + name + "`"), std::string::npos)
+        << name << " is in no table row of docs/COORDINATOR.md";
+  }
+  EXPECT_GT(families, 20);
 }
 
 TEST(ServiceConfig, Keys_AreReadWithDefaultsForTheRest) {
