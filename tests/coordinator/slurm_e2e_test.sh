@@ -3,7 +3,8 @@
 # cluster from scripts/slurm_cluster.sh, a coordinator, and the DP2 + ZeRO-1 job of chaos_lib.sh,
 # held to the same job run by the local launcher:
 #   1. a job runs through sbatch to COMPLETED with an exact ledger, final state bitwise equal to
-#      the local run; its sbatch script is kept and holds no token; time from submit to the
+#      the local run; its sbatch script is kept; the worker token reaches the ranks but no
+#      command line and no file of the job; time from submit to the
 #      first counted step, Slurm against local, and the squeue calls per minute per job;
 #   2. `fullband cancel` → the Slurm job is CANCELLED and no process of it is left (Kill returns
 #      once Slurm says the job ended);
@@ -26,7 +27,13 @@ trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true;
 source "$cluster/env"
 
 listen=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# With a tokens file, so that every attempt gets a worker token to keep out of sight.
+FULLBAND_TOKEN=$(openssl rand -hex 32)
+export FULLBAND_TOKEN
+(umask 077 && printf 'version: 1\ntokens:\n  - {token: %s, role: user, user: test}\n' \
+  "$FULLBAND_TOKEN" > "$dir/tokens.yaml")
 write_coordinator_config "$dir/coordinator.yaml" "slurm_poll_seconds: 1
+tokens_file: $dir/tokens.yaml
 metrics_listen: 127.0.0.1:0"
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 read -r -u 3 line || fail "no metrics port"
@@ -75,13 +82,27 @@ calls_before=$(squeue_calls)
 started=$(now)
 a=$("$fullband" submit "$dir/a.yaml")
 slurm_first=$(first_step_after "$a")
+# The worker token reached the ranks, and no command line and no file of the job holds it.
+rank=$(worker_pids "$a" 0)
+token=$(tr '\0' '\n' < "/proc/$rank/environ" | sed -n 's/^FULLBAND_WORKER_TOKEN=//p')
+[[ -n $token ]] || fail "slurm-clean: rank 0 has no worker token"
+TOKEN=$token python3 - <<'PY' || fail "slurm-clean: the worker token is on a command line"
+import glob, os, sys
+token = os.environ["TOKEN"].encode()  # from the environment: this process's argv must not hold it
+for path in glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        if token in open(path, "rb").read():
+            sys.exit(f"{path}: {open(path, 'rb').read()!r}")
+    except OSError:
+        pass
+PY
+! grep -rqF "$token" "$dir/jobs/$a" || fail "slurm-clean: the token is in a file of $dir/jobs/$a"
 check slurm-clean "$a" 0 0
 ended=$(now)
 calls=$(($(squeue_calls) - calls_before))
 script=$dir/jobs/$a/attempt-0.sbatch
 [[ -f $script ]] || fail "slurm-clean: no $script"
 grep -q "^exec srun --mpi=pmix" "$script" || fail "slurm-clean: $script does not srun"
-! grep -qi "token" <(grep -v "^#" "$script") || fail "slurm-clean: $script holds a token"
 id=$(slurm_ids "$a")
 [[ $(slurm_state "$id") == COMPLETED ]] || fail "slurm-clean: Slurm job $id is $(slurm_state "$id")"
 python3 - "$local_first" "$slurm_first" "$calls" "$started" "$ended" <<'PY'
