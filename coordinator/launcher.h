@@ -87,8 +87,8 @@ std::string ResolveProgram(const std::string& program, const std::string& path);
 // Note [Worker environment]: a worker does not inherit the coordinator's whole environment (an
 // operator's FULLBAND_TOKEN must never reach a job). It gets, from the coordinator's
 // environment, only what runs programs, MPI and the GPU need — kWorkerEnvNames, the variables
-// starting with kWorkerEnvPrefixes, and LocalLauncherOptions::pass_env — and on top the
-// LaunchSpec's own variables (FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_COORDINATOR,
+// starting with kWorkerEnvPrefixes, and the launcher options' pass_env (worker_env) — and on top
+// the LaunchSpec's own variables (FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_COORDINATOR,
 // FULLBAND_WORKER_TOKEN, FULLBAND_JOB_DIR, FULLBAND_TLS_CA).
 inline constexpr const char* kWorkerEnvNames[] = {"PATH",
                                                   "HOME",

@@ -331,7 +331,7 @@ StatusOr<std::string> LocalLauncher::Launch(const LaunchSpec& spec) {
     return status;
   };
   if (Status s = CheckLaunchSpec(spec); !s.ok()) return fail(s);
-  // The environment (Note [Worker environment] in the header).
+  // The environment (Note [Worker environment] in launcher.h).
   std::map<std::string, std::string> env = WorkerEnvironment(environ, options_.pass_env, spec.env);
   const bool direct = spec.processes == 1 && options_.direct_single_process;
   if (!direct && geteuid() == 0) {

@@ -41,7 +41,7 @@ struct ServiceConfig {
   std::string tls_cert;
   std::string tls_key;
   std::string worker_tls_ca;            // FULLBAND_TLS_CA of every worker
-  std::vector<std::string> worker_env;  // Note [Worker environment] (local_launcher.h)
+  std::vector<std::string> worker_env;  // Note [Worker environment] (launcher.h)
   std::string tokens_file;
   std::string metrics_listen;
   double heartbeat_interval_seconds = 10;

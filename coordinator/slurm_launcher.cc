@@ -165,7 +165,15 @@ std::optional<LaunchState> FindInCompletionLog(std::string_view log, const std::
   return found;
 }
 
-SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options) : options_(std::move(options)) {}
+SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options) : options_(std::move(options)) {
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string_view::npos) {
+      own_env_[std::string(entry.substr(0, eq))] = entry.substr(eq + 1);
+    }
+  }
+}
 
 StatusOr<ProgramOutput> SlurmLauncher::Slurm(const std::string& command,
                                              std::vector<std::string> args,
@@ -180,16 +188,7 @@ StatusOr<ProgramOutput> SlurmLauncher::Slurm(const std::string& command,
                             (options_.bin_dir.empty() ? "in PATH" : "in " + options_.bin_dir) +
                             ": is the Slurm client installed? (slurm_bin_dir in coordinator.yaml)");
   }
-  std::map<std::string, std::string> own;
-  if (env == nullptr) {
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string_view entry = *e;
-      const size_t eq = entry.find('=');
-      if (eq != std::string_view::npos)
-        own[std::string(entry.substr(0, eq))] = entry.substr(eq + 1);
-    }
-    env = &own;
-  }
+  if (env == nullptr) env = &own_env_;
   args.insert(args.begin(), command);
   {
     std::lock_guard lock(mu_);
@@ -225,16 +224,15 @@ StatusOr<std::map<std::string, LaunchState>> SlurmLauncher::Squeue(
 }
 
 LaunchState SlurmLauncher::Finished(const std::string& id) {
-  bool accounting = false;
+  bool accounting = false, known = false;
   std::string log;
   {
     std::lock_guard lock(mu_);
-    if (accounting_.has_value()) {
-      accounting = *accounting_;
-      log = completion_log_;
-    }
+    known = accounting_.has_value();
+    accounting = accounting_.value_or(false);
+    log = completion_log_;
   }
-  if (!accounting && log.empty()) {  // ask once
+  if (!known) {  // ask once (again only if scontrol failed)
     StatusOr<ProgramOutput> r = Slurm("scontrol", {"show", "config"});
     if (r.ok() && r->exit_code == 0) {
       std::istringstream lines(r->out);

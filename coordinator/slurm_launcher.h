@@ -93,7 +93,8 @@ class SlurmLauncher final : public Launcher {
     std::chrono::steady_clock::time_point polled;
   };
 
-  // Runs a Slurm command (counted); UNAVAILABLE when it is missing or cannot start.
+  // Runs a Slurm command (counted) with `env`, or the coordinator's environment; UNAVAILABLE when
+  // it is missing or cannot start.
   StatusOr<ProgramOutput> Slurm(const std::string& command, std::vector<std::string> args,
                                 const std::map<std::string, std::string>* env = nullptr);
   // squeue for `ids`: their states, or none for ids squeue no longer lists.
@@ -107,6 +108,7 @@ class SlurmLauncher final : public Launcher {
                                const std::map<std::string, std::string>& env);
 
   const SlurmLauncherOptions options_;
+  std::map<std::string, std::string> own_env_;  // the coordinator's, for squeue and the like
   mutable std::mutex mu_;
   std::map<std::string, Known> known_;  // by Slurm job id
   std::chrono::steady_clock::time_point last_squeue_{};
