@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <rocksdb/file_system.h>
+#include <rocksdb/listener.h>
+#include <rocksdb/options.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +27,17 @@ Status Io(const rocksdb::IOStatus& s, const std::string& what, const std::string
 rocksdb::FileSystem* OrDefault(rocksdb::FileSystem* fs) {
   return fs != nullptr ? fs : rocksdb::FileSystem::Default().get();
 }
+
+// Turns down every recovery RocksDB offers to start (Note [No background recovery]).
+class NoRecovery final : public rocksdb::EventListener {
+ public:
+  const char* Name() const override { return "FullbandNoBackgroundRecovery"; }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status status,
+                            bool* auto_recovery) override {
+    status.PermitUncheckedError();
+    *auto_recovery = false;
+  }
+};
 
 }  // namespace
 
@@ -115,6 +128,11 @@ Status CreateDirectoriesDurably(const std::string& path, rocksdb::FileSystem* fs
     FB_RETURN_IF_ERROR(FsyncDirectory(ParentDirectory(*it), fs));
   }
   return OkStatus();
+}
+
+void DisableBackgroundRecovery(rocksdb::DBOptions* options) {
+  options->max_bgerror_resume_count = 0;                         // retryable errors
+  options->listeners.push_back(std::make_shared<NoRecovery>());  // ENOSPC
 }
 
 std::string ParentDirectory(const std::string& path) {

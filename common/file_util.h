@@ -21,6 +21,7 @@
 namespace rocksdb {
 class FileSystem;
 class FSWritableFile;
+struct DBOptions;
 }  // namespace rocksdb
 
 namespace fullband {
@@ -61,6 +62,15 @@ Status FsyncDirectory(const std::string& path, rocksdb::FileSystem* fs = nullptr
 
 // Creates `path` and any missing parents, each made durable by a sync of its parent.
 Status CreateDirectoriesDurably(const std::string& path, rocksdb::FileSystem* fs = nullptr);
+
+// Note [No background recovery]: a write error stops a fullband database until it is reopened.
+// RocksDB would otherwise recover on its own: after ENOSPC its file manager polls for free space
+// and resumes the database from a background thread, and a retryable error is retried. Every
+// fullband writer already fails for good on its first error (the coordinator's store answers
+// UNAVAILABLE from then on; an ingest fails, and the next one goes on from its last commit), so
+// such a recovery would only race the writer's Close, and RocksDB 7.8's resume after a failed
+// MANIFEST write can abort the process on its own assertion.
+void DisableBackgroundRecovery(rocksdb::DBOptions* options);
 
 // The directory part of `path` ("." when it has none).
 std::string ParentDirectory(const std::string& path);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/file_util.h"
 #include "common/logging.h"
 #include "proto/coordinator_store.pb.h"
 
@@ -85,6 +86,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir, bool in_mem
   rocksdb::Options options;
   options.create_if_missing = true;
   options.manual_wal_flush = false;
+  DisableBackgroundRecovery(&options);  // Note [No background recovery]
   if (in_memory) {
     store->env_.reset(rocksdb::NewMemEnv(rocksdb::Env::Default()));
     options.env = store->env_.get();

@@ -586,6 +586,7 @@ StatusOr<std::unique_ptr<TokenStoreWriter>> TokenStoreWriter::Open(
   rocksdb::Options options = WriterOptions(env.get());
   options.create_if_missing = true;
   options.create_missing_column_families = true;
+  DisableBackgroundRecovery(&options);  // Note [No background recovery]
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   FB_RETURN_IF_ERROR(

@@ -4,7 +4,12 @@
 #include "common/file_util.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/listener.h>
+#include <rocksdb/options.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include "tests/common/fault_file_system.h"
@@ -66,6 +71,60 @@ TEST_F(FileUtilTest, FullDisk_IsInternalNamingThePath) {
   EXPECT_NE(s.message().find(dir_ + "/x"), std::string::npos) << s.message();
   faults_->ResumeWrites();
   EXPECT_EQ(ReadFileToString(dir_ + "/a.json").status().code(), StatusCode::kNotFound);
+}
+
+// Counts the background errors RocksDB reports and the recoveries it offers to start.
+class RecoveryWatcher final : public rocksdb::EventListener {
+ public:
+  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* status) override {
+    status->PermitUncheckedError();
+    ++errors;
+  }
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status status,
+                            bool* auto_recovery) override {
+    status.PermitUncheckedError();
+    if (*auto_recovery) ++offered;
+  }
+  std::atomic<int> errors{0}, offered{0};
+};
+
+// Note [No background recovery]: RocksDB offers to recover from a full disk on its own; the
+// option turns that down (a watcher before it sees the offer, one after it does not), and the
+// database stays stopped, even once there is room again, until it is reopened.
+TEST_F(FileUtilTest, DisableBackgroundRecovery_AFullDiskStopsTheDatabaseUntilReopened) {
+  const auto before = std::make_shared<RecoveryWatcher>();
+  const auto after = std::make_shared<RecoveryWatcher>();
+  const std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(faults_);
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.env = env.get();
+  options.listeners.push_back(before);
+  DisableBackgroundRecovery(&options);
+  options.listeners.push_back(after);
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir_ + "/db", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  ASSERT_TRUE(db->Put(sync, "a", "1").ok());
+
+  faults_->StopWrites();
+  const rocksdb::Status full = db->Put(sync, "b", "2");
+  EXPECT_TRUE(full.IsIOError() && full.subcode() == rocksdb::Status::kNoSpace) << full.ToString();
+  faults_->ResumeWrites();
+  EXPECT_GE(after->errors, 1);
+  EXPECT_GE(before->offered, 1);  // RocksDB would have recovered on its own
+  EXPECT_EQ(after->offered, 0);
+  EXPECT_FALSE(db->Put(sync, "c", "3").ok());  // stopped, though there is room now
+
+  db->Close().PermitUncheckedError();  // reports the error it stopped on
+  db.reset();
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir_ + "/db", &raw).ok());
+  db.reset(raw);
+  std::string value;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "a", &value).ok());
+  EXPECT_EQ(value, "1");
+  EXPECT_TRUE(db->Put(sync, "c", "3").ok());
 }
 
 }  // namespace
