@@ -277,12 +277,21 @@ LaunchState SlurmLauncher::Finished(const std::string& id) {
   return lost;
 }
 
-std::optional<std::string> SlurmLauncher::FindLiveJob(const std::string& name) {
+std::optional<std::string> SlurmLauncher::FindLiveJob(const std::string& name,
+                                                      const std::string& script_path) {
   StatusOr<ProgramOutput> r =
-      Slurm("squeue", {"--noheader", "--me", "--name=" + name, "--format=%i"});
+      Slurm("squeue", {"--noheader", "--me", "--name=" + name, "--format=%i|%o"});
   if (!r.ok() || r->exit_code != 0) return std::nullopt;
-  const std::string id = Trim(r->out.substr(0, r->out.find('\n')));
-  return IsJobId(id) ? std::optional<std::string>(id) : std::nullopt;
+  std::istringstream lines(r->out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    // Another coordinator of this user may run a job of the same name; only ours runs this
+    // script (squeue's %o is the path sbatch was given).
+    const std::string id = Trim(line.substr(0, bar));
+    if (IsJobId(id) && Trim(line.substr(bar + 1)) == script_path) return id;
+  }
+  return std::nullopt;
 }
 
 StatusOr<std::string> SlurmLauncher::Submit(const LaunchSpec& spec, const std::string& script_path,
@@ -305,11 +314,11 @@ StatusOr<std::string> SlurmLauncher::Submit(const LaunchSpec& spec, const std::s
     last = r.timed_out ? "sbatch timed out" : FirstLine(r.err);
     FB_LOG(WARNING) << "sbatch of " << what << " (try " << attempt << " of "
                     << options_.submit_attempts << "): " << last;
-    if (attempt == options_.submit_attempts) break;
     std::this_thread::sleep_for(wait);  // back-off before asking an unreachable Slurm again
     wait *= 2;
-    // A submission whose answer was lost is there already: never submit it twice.
-    if (std::optional<std::string> id = FindLiveJob(SlurmJobName(spec))) return *id;
+    // A submission whose answer was lost is there already: never submit it twice, and never
+    // leave it running unwatched after the last try.
+    if (std::optional<std::string> id = FindLiveJob(SlurmJobName(spec), script_path)) return *id;
   }
   return UnavailableError("Slurm did not accept it after " +
                           std::to_string(options_.submit_attempts) + " tries: " + last);

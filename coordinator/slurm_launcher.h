@@ -70,8 +70,8 @@ class SlurmLauncher final : public Launcher {
 
   // Writes the script, then runs sbatch. UNAVAILABLE when sbatch is missing or Slurm stays
   // unreachable through the retries (a job that a lost answer had submitted is found by its
-  // name, never submitted twice); FAILED_PRECONDITION with sbatch's words when Slurm rejects the
-  // job (a bad partition or account); INVALID_ARGUMENT and INTERNAL as in launcher.h.
+  // name and script, never submitted twice); FAILED_PRECONDITION with sbatch's words when Slurm
+  // rejects the job (a bad partition or account); INVALID_ARGUMENT and INTERNAL as in launcher.h.
   StatusOr<std::string> Launch(const LaunchSpec& spec) override;
 
   // kPending with squeue's reason, kRunning, or how the job ended. UNAVAILABLE when Slurm
@@ -101,9 +101,10 @@ class SlurmLauncher final : public Launcher {
   StatusOr<std::map<std::string, LaunchState>> Squeue(const std::vector<std::string>& ids);
   // sacct or the completion log for a job squeue no longer lists; kLost when neither knows it.
   LaunchState Finished(const std::string& id);
-  // The id of a live (not ended) job named `name` of this user, if any.
-  std::optional<std::string> FindLiveJob(const std::string& name);
-  // sbatch with retries while Slurm is unreachable.
+  // The id of a live (not ended) job of this user named `name` that runs `script_path`, if any.
+  std::optional<std::string> FindLiveJob(const std::string& name, const std::string& script_path);
+  // sbatch with retries while Slurm is unreachable, each followed by a look for the job (a lost
+  // answer).
   StatusOr<std::string> Submit(const LaunchSpec& spec, const std::string& script_path,
                                const std::map<std::string, std::string>& env);
 

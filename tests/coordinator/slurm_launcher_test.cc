@@ -1,11 +1,15 @@
 // The slurm launcher's parts that need no Slurm: the sbatch script, Slurm's states, the
-// completion log, and its errors when the Slurm client is missing. Against a real Slurm:
+// completion log, its errors when the Slurm client is missing, and its submit retries against
+// stand-in sbatch and squeue scripts. Against a real Slurm:
 // tests/coordinator/slurm_e2e_test.sh (label slurm).
 #include "coordinator/slurm_launcher.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+
+#include "tests/common/temp_dir.h"
 
 namespace fullband::coordinator {
 namespace {
@@ -135,6 +139,77 @@ TEST(SlurmLauncher, MissingSlurmClient_IsNamed) {
   EXPECT_EQ(launcher.Kill("x").code(), StatusCode::kNotFound);
   EXPECT_EQ(launcher.Counts().failures, 1);
   std::filesystem::remove_all(spec.log_dir);
+}
+
+// A bin_dir whose sbatch always loses its answer (Slurm's own words for it) and counts its calls,
+// and whose squeue prints `listed` (id|script lines, as for --format=%i|%o).
+class LostAnswer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Script("sbatch",
+           "echo >> \"$(dirname \"$0\")/sbatch.calls\"\n"
+           "echo 'sbatch: error: Batch job submission failed: Socket timed out on send/recv "
+           "operation' >&2\nexit 1\n");
+    Script("squeue", "cat \"$(dirname \"$0\")/listed\"\n");
+    options_.bin_dir = dir_;
+    options_.submit_attempts = 2;
+    options_.submit_backoff = std::chrono::milliseconds(1);
+    spec_.log_dir = dir_ + "/jobs/job-000007";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void Script(const std::string& name, const std::string& body) {
+    std::ofstream(dir_ + "/" + name) << "#!/bin/sh\n" << body;
+    std::filesystem::permissions(dir_ + "/" + name, std::filesystem::perms::owner_all);
+  }
+  void Listed(const std::string& lines) { std::ofstream(dir_ + "/listed") << lines; }
+  int SbatchCalls() {
+    std::ifstream in(dir_ + "/sbatch.calls");
+    return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+  }
+  // The path the launcher gives sbatch (absolute, normal).
+  std::string OurScript() const {
+    return std::filesystem::path(spec_.log_dir + "/attempt-2.sbatch").lexically_normal().string();
+  }
+
+  const std::string dir_ = testing::MakeTempDir("fullband_slurm_launcher_");
+  SlurmLauncherOptions options_;
+  LaunchSpec spec_ = Spec();
+};
+
+// The job a lost answer submitted is adopted, not submitted again, and told apart from another
+// coordinator's job of the same name by its script.
+TEST_F(LostAnswer, TheSubmittedJobIsFoundByItsNameAndScript) {
+  Listed("41|/elsewhere/jobs/job-000007/attempt-2.sbatch\n42|" + OurScript() + "\n");
+  SlurmLauncher launcher(options_);
+  StatusOr<std::string> id = launcher.Launch(spec_);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "42");
+  EXPECT_EQ(SbatchCalls(), 1);
+  EXPECT_EQ(launcher.Counts().started, 1);
+}
+
+// Only another coordinator's job of that name: every try is made, then the launch fails.
+TEST_F(LostAnswer, AnotherCoordinatorsJobOfTheSameName_IsNotAdopted) {
+  Listed("41|/elsewhere/jobs/job-000007/attempt-2.sbatch\n");
+  SlurmLauncher launcher(options_);
+  StatusOr<std::string> id = launcher.Launch(spec_);
+  EXPECT_EQ(id.status().code(), StatusCode::kUnavailable) << id.status().ToString();
+  EXPECT_NE(id.status().message().find("did not accept it after 2 tries: sbatch: error"),
+            std::string::npos)
+      << id.status().ToString();
+  EXPECT_EQ(SbatchCalls(), 2);
+}
+
+// The job is looked for after the last try too, so a lost last answer leaves nothing unwatched.
+TEST_F(LostAnswer, TheLastTrysJob_IsFoundToo) {
+  options_.submit_attempts = 1;
+  Listed("43|" + OurScript() + "\n");
+  SlurmLauncher launcher(options_);
+  StatusOr<std::string> id = launcher.Launch(spec_);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "43");
+  EXPECT_EQ(SbatchCalls(), 1);
 }
 
 }  // namespace
