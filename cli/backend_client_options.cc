@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "coordinator/launcher.h"
 #include "ops/cpu/simd_kernels.h"
 #include "ops/cuda/plugin.h"
 
@@ -27,13 +28,13 @@ void AddBackendOptions(CLI::App& app, ops::BackendOptions* options) {
 
 void AddClientOptions(CLI::App& app, coordinator::ClientOptions* options, const char* token_env) {
   app.add_option("--address", options->address, "the coordinator's host:port")
-      ->envname("FULLBAND_COORDINATOR")
+      ->envname(coordinator::kCoordinatorEnv)
       ->capture_default_str();
   app.add_option("--token", options->token, "bearer token (docs/COORDINATOR.md, \"Access\")")
       ->envname(token_env);
   app.add_option("--tls-ca", options->tls_ca_file,
                  "CA certificate that signed the coordinator's (default: plaintext)")
-      ->envname("FULLBAND_TLS_CA");
+      ->envname(coordinator::kTlsCaEnv);
 }
 
 }  // namespace fullband::cli

@@ -20,6 +20,7 @@
 #include "common/failpoint.h"
 #include "common/logging.h"
 #include "coordinator/client.h"
+#include "coordinator/launcher.h"
 #include "proto/config_convert.h"
 #include "worker/mpi_communicator.h"
 #include "worker/trainer.h"
@@ -204,16 +205,17 @@ Command AddWorker(CLI::App& fullband) {
       "yet reported).");
   auto args = std::make_shared<WorkerArgs>();
   app->option_defaults()->group("The launcher's options");
-  AddClientOptions(*app, &args->client, "FULLBAND_WORKER_TOKEN");
-  app->add_option("--job-id", args->job_id, "the job this group runs")->envname("FULLBAND_JOB_ID");
+  AddClientOptions(*app, &args->client, coordinator::kWorkerTokenEnv);
+  app->add_option("--job-id", args->job_id, "the job this group runs")
+      ->envname(coordinator::kJobIdEnv);
   app->add_option("--attempt", args->attempt, "the job's attempt this group is")
       ->type_name("N")
       ->transform(IntIn(0))
-      ->envname("FULLBAND_ATTEMPT")
+      ->envname(coordinator::kAttemptEnv)
       ->capture_default_str();
   app->add_option("--job-dir", args->job_dir, "the job's directory")
       ->type_name("DIR")
-      ->envname("FULLBAND_JOB_DIR");
+      ->envname(coordinator::kJobDirEnv);
   app->option_defaults()->group("Options");
   app->add_option("--collective-timeout", args->collective_timeout_s,
                   "how long a rank waits for its peers in a collective before the group is "

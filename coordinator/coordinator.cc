@@ -829,12 +829,12 @@ void Coordinator::Tick() {
         a.spec.command = c.launcher.command;
         a.spec.command.insert(a.spec.command.end(), c.launcher.extra_args.begin(),
                               c.launcher.extra_args.end());
-        a.spec.env["FULLBAND_JOB_ID"] = job.id;
-        a.spec.env["FULLBAND_ATTEMPT"] = std::to_string(job.attempt);
+        a.spec.env[kJobIdEnv] = job.id;
+        a.spec.env[kAttemptEnv] = std::to_string(job.attempt);
         if (!options_.advertise_address.empty()) {
-          a.spec.env["FULLBAND_COORDINATOR"] = options_.advertise_address;
+          a.spec.env[kCoordinatorEnv] = options_.advertise_address;
         }
-        if (!options_.worker_tls_ca.empty()) a.spec.env["FULLBAND_TLS_CA"] = options_.worker_tls_ca;
+        if (!options_.worker_tls_ca.empty()) a.spec.env[kTlsCaEnv] = options_.worker_tls_ca;
         if (options_.mint_worker_token) {
           if (!job.worker_token_digest.empty() && options_.revoke_worker_tokens) {
             options_.revoke_worker_tokens(job.id);  // the previous attempt's
@@ -842,11 +842,11 @@ void Coordinator::Tick() {
           CoordinatorOptions::MintedToken minted = options_.mint_worker_token(job.id);
           job.worker_token = std::move(minted.token);
           job.worker_token_digest = std::move(minted.digest);
-          if (!job.worker_token.empty()) a.spec.env["FULLBAND_WORKER_TOKEN"] = job.worker_token;
+          if (!job.worker_token.empty()) a.spec.env[kWorkerTokenEnv] = job.worker_token;
         }
         a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside
         std::error_code ec;  // the workers' checkpoint root when checkpoint.dir is ""
-        a.spec.env["FULLBAND_JOB_DIR"] =
+        a.spec.env[kJobDirEnv] =
             std::filesystem::absolute(a.spec.log_dir, ec).lexically_normal().string();
         a.spec.slurm = c.launcher.slurm;
         job.state = JobState::kLaunching;

@@ -88,8 +88,7 @@ std::string ResolveProgram(const std::string& program, const std::string& path);
 // operator's FULLBAND_TOKEN must never reach a job). It gets, from the coordinator's
 // environment, only what runs programs, MPI and the GPU need — kWorkerEnvNames, the variables
 // starting with kWorkerEnvPrefixes, and the launcher options' pass_env (worker_env) — and on top
-// the LaunchSpec's own variables (FULLBAND_JOB_ID, FULLBAND_ATTEMPT, FULLBAND_COORDINATOR,
-// FULLBAND_WORKER_TOKEN, FULLBAND_JOB_DIR, FULLBAND_TLS_CA).
+// the LaunchSpec's own variables (kJobIdEnv and the names below it).
 inline constexpr const char* kWorkerEnvNames[] = {"PATH",
                                                   "HOME",
                                                   "USER",
@@ -105,6 +104,15 @@ inline constexpr const char* kWorkerEnvNames[] = {"PATH",
                                                   "OMP_NUM_THREADS"};
 inline constexpr const char* kWorkerEnvPrefixes[] = {"LC_",   "OMPI_", "PMIX_",
                                                      "OPAL_", "NCCL_", "UCX_"};
+
+// The LaunchSpec's own variables: the coordinator sets them, and `fullband worker` reads them as
+// its options' defaults (cli/worker_command.cc; the address and CA serve every client command).
+inline constexpr char kJobIdEnv[] = "FULLBAND_JOB_ID";
+inline constexpr char kAttemptEnv[] = "FULLBAND_ATTEMPT";
+inline constexpr char kJobDirEnv[] = "FULLBAND_JOB_DIR";
+inline constexpr char kCoordinatorEnv[] = "FULLBAND_COORDINATOR";
+inline constexpr char kTlsCaEnv[] = "FULLBAND_TLS_CA";
+inline constexpr char kWorkerTokenEnv[] = "FULLBAND_WORKER_TOKEN";
 
 // The environment of a worker: the allowed part of `environ` (NAME=value entries, null-ended),
 // `pass_env`'s names among them, then `spec_env` on top.
