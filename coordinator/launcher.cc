@@ -46,19 +46,25 @@ std::string ResolveProgram(const std::string& program, const std::string& path) 
   return "";
 }
 
-std::map<std::string, std::string> WorkerEnvironment(
-    const char* const* environ, const std::vector<std::string>& pass_env,
-    const std::map<std::string, std::string>& spec_env) {
+std::map<std::string, std::string> EnvironmentMap(const char* const* environ) {
   std::map<std::string, std::string> env;
   for (const char* const* e = environ; *e != nullptr; ++e) {
     const std::string_view entry = *e;
     const size_t eq = entry.find('=');
-    if (eq == std::string_view::npos) continue;
-    const std::string name(entry.substr(0, eq));
+    if (eq != std::string_view::npos) env[std::string(entry.substr(0, eq))] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+std::map<std::string, std::string> WorkerEnvironment(
+    const char* const* environ, const std::vector<std::string>& pass_env,
+    const std::map<std::string, std::string>& spec_env) {
+  std::map<std::string, std::string> env;
+  for (auto& [name, value] : EnvironmentMap(environ)) {
     bool allowed = std::find(pass_env.begin(), pass_env.end(), name) != pass_env.end();
     for (const char* n : kWorkerEnvNames) allowed = allowed || name == n;
     for (const char* p : kWorkerEnvPrefixes) allowed = allowed || name.starts_with(p);
-    if (allowed) env[name] = std::string(entry.substr(eq + 1));
+    if (allowed) env[name] = std::move(value);
   }
   for (const auto& [key, value] : spec_env) env[key] = value;
   return env;

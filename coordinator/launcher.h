@@ -114,6 +114,9 @@ inline constexpr char kCoordinatorEnv[] = "FULLBAND_COORDINATOR";
 inline constexpr char kTlsCaEnv[] = "FULLBAND_TLS_CA";
 inline constexpr char kWorkerTokenEnv[] = "FULLBAND_WORKER_TOKEN";
 
+// `environ`'s NAME=value entries (null-ended) by name; an entry without '=' is skipped.
+std::map<std::string, std::string> EnvironmentMap(const char* const* environ);
+
 // The environment of a worker: the allowed part of `environ` (NAME=value entries, null-ended),
 // `pass_env`'s names among them, then `spec_env` on top.
 std::map<std::string, std::string> WorkerEnvironment(

@@ -165,15 +165,8 @@ std::optional<LaunchState> FindInCompletionLog(std::string_view log, const std::
   return found;
 }
 
-SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options) : options_(std::move(options)) {
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry = *e;
-    const size_t eq = entry.find('=');
-    if (eq != std::string_view::npos) {
-      own_env_[std::string(entry.substr(0, eq))] = entry.substr(eq + 1);
-    }
-  }
-}
+SlurmLauncher::SlurmLauncher(SlurmLauncherOptions options)
+    : options_(std::move(options)), own_env_(EnvironmentMap(environ)) {}
 
 StatusOr<ProgramOutput> SlurmLauncher::Slurm(const std::string& command,
                                              std::vector<std::string> args,

@@ -109,7 +109,7 @@ class SlurmLauncher final : public Launcher {
                                const std::map<std::string, std::string>& env);
 
   const SlurmLauncherOptions options_;
-  std::map<std::string, std::string> own_env_;  // the coordinator's, for squeue and the like
+  const std::map<std::string, std::string> own_env_;  // the coordinator's, for squeue and the like
   mutable std::mutex mu_;
   std::map<std::string, Known> known_;  // by Slurm job id
   std::chrono::steady_clock::time_point last_squeue_{};

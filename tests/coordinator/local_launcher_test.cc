@@ -127,6 +127,12 @@ TEST_F(LocalLauncherTest, Launch_SpecEnv_ReachesTheCommand) {
   EXPECT_EQ(ReadFile((dir_ / "logs/attempt-0.out").string()), "hello world\n");
 }
 
+TEST(EnvironmentMap, SplitsAtTheFirstEqualsAndSkipsEntriesWithout) {
+  const char* const entries[] = {"A=1", "B=x=y", "NO_EQUALS", "C=", nullptr};
+  const std::map<std::string, std::string> want = {{"A", "1"}, {"B", "x=y"}, {"C", ""}};
+  EXPECT_EQ(EnvironmentMap(entries), want);
+}
+
 TEST_F(LocalLauncherTest, Launch_WorkersGetTheAllowedEnvironmentOnly) {
   // An operator's token and anything else of the coordinator's environment stay behind; what
   // runs programs and MPI, the configured extra names and the spec's variables arrive.
