@@ -1,4 +1,4 @@
-// allreduce_bench: the all-reduce bus bandwidth of MpiCommunicator (worker/mpi_communicator.h)
+// allreduce_bench: the all-reduce bus bandwidth of MpiCommunicator (comm/mpi_communicator.h)
 // against a plain MPI_Allreduce of the same buffer on the same ranks, in the same run.
 // Run under mpirun: `mpirun -np 2 build/bench/allreduce_bench [FLAGS]` (--help lists them).
 // Rank 0 prints one JSON line per size:
@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
-#include "worker/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 
 namespace {
 
-namespace fw = fullband::worker;
+namespace fc = fullband::comm;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -40,15 +40,15 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cl.AddInt("--reps", &reps, "timed reductions of each kind per size", 1);
   if (const std::optional<int> exit = cl.Parse(argc, argv)) return *exit;
-  auto session = fullband::worker::MpiSession::Init(&argc, &argv);
+  auto session = fc::MpiSession::Init(&argc, &argv);
   if (!session.ok()) {
     std::fprintf(stderr, "allreduce_bench: %s\n", session.status().ToString().c_str());
     return 1;
   }
   {
-    auto comm = fullband::worker::MpiCommunicator::World();
-    if (!comm.ok()) return 1;
-    fullband::worker::Communicator& c = **comm;
+    auto world = fc::MpiCommunicator::World();
+    if (!world.ok()) return 1;
+    fc::Communicator& c = **world;
     MPI_Comm plain;
     MPI_Comm_dup(MPI_COMM_WORLD, &plain);
     const int n = c.size();
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps + 2; ++r) {  // two warm-up rounds
         MPI_Barrier(plain);
         auto t0 = std::chrono::steady_clock::now();
-        if (!c.AllReduce(buf.data(), count, fw::CommType::kF32, fw::ReduceOp::kSum).ok()) return 1;
+        if (!c.AllReduce(buf.data(), count, fc::CommType::kF32, fc::ReduceOp::kSum).ok()) return 1;
         const double a =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         MPI_Barrier(plain);

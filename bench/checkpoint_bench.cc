@@ -23,12 +23,12 @@
 
 #include "bench/bench_cli.h"
 #include "bench/bench_util.h"
+#include "comm/in_process_communicator.h"
 #include "common/config.h"
 #include "common/random.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "worker/checkpointer.h"
-#include "worker/in_process_communicator.h"
-#include "worker/model.h"
-#include "worker/optimizer.h"
 
 namespace fullband::bench {
 namespace {
@@ -50,28 +50,28 @@ Config DemoConfig() {
 // One rank's model, optimizer (moments filled) and checkpointer over `comm`.
 struct Rank {
   std::unique_ptr<ops::Backend> backend;
-  std::unique_ptr<worker::Model> model;
-  std::unique_ptr<worker::AdamW> optimizer;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::AdamW> optimizer;
   std::unique_ptr<Checkpointer> checkpointer;
 };
 
-Rank MakeRank(const Config& config, worker::Communicator* comm, int dp, bool zero1,
+Rank MakeRank(const Config& config, comm::Communicator* comm, int dp, bool zero1,
               const std::string& root, int threads) {
   Rank r;
   ops::BackendOptions bo;
   bo.num_threads = threads;
   r.backend = ops::CreateBackend(bo).value();
-  worker::ModelShape shape;
+  model::ModelShape shape;
   shape.max_batch = config.data.batch_size;
   shape.max_seq = config.data.seq_len;
   if (zero1) shape.param_multiple = 16 * dp;
-  r.model = worker::Model::Create(config.model, shape, r.backend.get()).value();
+  r.model = model::Model::Create(config.model, shape, r.backend.get()).value();
   r.model->InitParameters(1);
   const int64_t total = r.model->params().numel();
   const int64_t begin = zero1 ? total / dp * comm->rank() : 0;
   const int64_t end = zero1 ? begin + total / dp : -1;
   r.optimizer =
-      worker::AdamW::Create(OptimConfig(), r.model->table(), r.backend.get(), begin, end).value();
+      model::AdamW::Create(OptimConfig(), r.model->table(), r.backend.get(), begin, end).value();
   Rng rng(7 + comm->rank());
   for (ops::Tensor t : {r.optimizer->m(), r.optimizer->v()}) {
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng.Uniform());
@@ -117,7 +117,7 @@ double StepSeconds(const Config& config, Rank& r) {
   std::vector<int32_t> tokens(b * (t + 1));
   Rng rng(3);
   for (int32_t& id : tokens) id = static_cast<int32_t>(rng.Next() % config.model.vocab_size);
-  worker::StepOptions o;
+  model::StepOptions o;
   return MedianSeconds(
       [&] {
         r.model->ZeroGradients();
@@ -151,8 +151,8 @@ int Main(int argc, char** argv) {
   const int reps = args.reps, threads = args.threads;
   const std::string& dir = args.dir;
   fs::create_directories(dir);
-  std::vector<std::unique_ptr<worker::Communicator>> one =
-      worker::InProcessCommunicator::CreateGroup(1);
+  std::vector<std::unique_ptr<comm::Communicator>> one =
+      comm::InProcessCommunicator::CreateGroup(1);
   const Config config = DemoConfig();
   Rank r = MakeRank(config, one[0].get(), 1, false, dir + "/one", threads);
   const size_t state_floats = static_cast<size_t>(r.model->table().total_numel()) * 3;
@@ -192,8 +192,8 @@ int Main(int argc, char** argv) {
   const double step_s = StepSeconds(config, r);
 
   // Reshard: the same model saved by a DP2 + ZeRO-1 group (threads), loaded at one rank.
-  std::vector<std::unique_ptr<worker::Communicator>> two =
-      worker::InProcessCommunicator::CreateGroup(2);
+  std::vector<std::unique_ptr<comm::Communicator>> two =
+      comm::InProcessCommunicator::CreateGroup(2);
   std::vector<std::thread> ranks;
   for (int i = 0; i < 2; ++i) {
     ranks.emplace_back([&, i] {

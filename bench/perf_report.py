@@ -599,7 +599,7 @@ BENCHES = [
              "mpirun --oversubscribe --bind-to none -np 2 build/bench/allreduce_bench --mb 4 "
              "--reps 3")],
         explain="Bus bandwidth, 2·(n−1)/n · bytes / time, of `MpiCommunicator` "
-        "(`worker/mpi_communicator.h`) against a plain `MPI_Allreduce` of the same buffer on "
+        "(`comm/mpi_communicator.h`) against a plain `MPI_Allreduce` of the same buffer on "
         "the same ranks, the two interleaved, medians: 4 MiB is one gradient bucket, 296 MiB all "
         "of *small*'s gradients.",
         tables=allreduce_tables, minutes=1, needs=["build/bench/allreduce_bench"]),

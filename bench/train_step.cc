@@ -27,9 +27,9 @@
 #include "common/model_params.h"
 #include "common/random.h"
 #include "common/schedule.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "ops/backend.h"
-#include "worker/model.h"
-#include "worker/optimizer.h"
 #include "worker/trainer.h"
 
 namespace fullband::bench {
@@ -90,12 +90,8 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   cl.AddString("--config", &a->config, "tiny|small|FILE.yaml",
                "a preset (bench/train_step.cc) or a config file");
   cl.AddInt("--passes", &a->passes, "passes of the step", 1)->type_name("K");
-  std::vector<std::pair<std::string, int64_t>> recompute;
-  for (const auto& [value, name] : kRecomputeNames) {
-    recompute.emplace_back(name, static_cast<int64_t>(value));
-  }
   cli::OneOf(cl.app().add_option("--recompute", a->recompute, "activation recomputation"),
-             recompute)
+             kRecomputeNames)
       ->default_str(std::string(RecomputeName(a->recompute)));
   cl.AddInt("--steps", &a->steps, "timed steps, of which the median is reported", 1);
   cl.AddInt("--warmup", &a->warmup, "untimed steps before them", 0)->type_name("W");
@@ -133,8 +129,8 @@ int Run(int argc, char** argv) {
   }
   ops::Backend& be = **backend;
   const int64_t b = named->batch, t = named->seq;
-  worker::ModelShape shape{b, t, static_cast<int>(args.passes), args.recompute};
-  auto model = worker::Model::Create(named->model, shape, &be);
+  model::ModelShape shape{b, t, static_cast<int>(args.passes), args.recompute};
+  auto model = model::Model::Create(named->model, shape, &be);
   if (!model.ok()) {
     std::fprintf(stderr, "train_step: %s\n", model.status().message().c_str());
     return 2;
@@ -143,10 +139,10 @@ int Run(int argc, char** argv) {
   OptimConfig oc;
   oc.lr = 1e-3;
   oc.warmup_steps = 0;
-  auto opt = worker::AdamW::Create(oc, (*model)->table(), &be);
+  auto opt = model::AdamW::Create(oc, (*model)->table(), &be);
   if (!opt.ok()) return 1;
   const std::vector<int32_t> tokens = RandomTokens(named->model, b, t);
-  worker::StepOptions so;
+  model::StepOptions so;
   so.passes = static_cast<int>(args.passes);
   so.jitter = named->model.jitter;
   so.prefix_mixin = named->model.prefix_mixin;
@@ -156,7 +152,7 @@ int Run(int argc, char** argv) {
     const double cpu0 = ProcessCpuSeconds();
     so.seed = static_cast<uint64_t>(step);
     (*model)->ZeroGradients();
-    StatusOr<worker::StepResult> r = (*model)->Step(tokens.data(), b, t, so);
+    StatusOr<model::StepResult> r = (*model)->Step(tokens.data(), b, t, so);
     FB_CHECK(r.ok()) << r.status().ToString();
     (*opt)->Step((*model)->params(), (*model)->grads(), step, 1 << 30);
     be.Synchronize();
@@ -169,7 +165,7 @@ int Run(int argc, char** argv) {
   // Read before the sgemm measurement below, whose three 2048² buffers would otherwise count.
   const double peak_rss_mib = PeakRssMib();
   double peak_gflops = args.peak_gflops;
-  if (peak_gflops <= 0) peak_gflops = worker::MeasurePeakGflops(be);
+  if (peak_gflops <= 0) peak_gflops = ops::MeasurePeakGflops(be);
   const double flops = ModelFlopsPerToken(named->model, ModelParameterCount(named->model), t) *
                        static_cast<double>(b * t * args.passes);
   std::printf(

@@ -13,8 +13,8 @@
 #include "cli/options.h"
 #include "common/config.h"
 #include "common/model_params.h"
+#include "model/model.h"
 #include "ops/backend.h"
-#include "worker/model.h"
 
 namespace fullband::cli {
 namespace {
@@ -30,7 +30,7 @@ struct GradArgs {
   int64_t passes = 1, seed = 0;
   std::optional<double> jitter;      // else the config's
   std::optional<bool> prefix_mixin;  // --mixin on|off, else the config's
-  std::string recompute = "none";
+  Recompute recompute = Recompute::kNone;
   ops::BackendOptions backend;  // CPU; the kernels' instruction set
 };
 
@@ -42,8 +42,8 @@ int Fail(const Status& s) {
 Status Init(const InitArgs& args) {
   FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(args.config));
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model,
-                      worker::Model::Create(config.model, {}, backend.get()));
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
+                      model::Model::Create(config.model, {}, backend.get()));
   model->InitParameters(static_cast<uint64_t>(args.seed));
   FB_RETURN_IF_ERROR(model->SaveParameters(args.out));
   std::printf("wrote %s: %ld parameters in %zu tensors\n", args.out.c_str(),
@@ -54,7 +54,6 @@ Status Init(const InitArgs& args) {
 
 Status Grad(const GradArgs& args) {
   FB_ASSIGN_OR_RETURN(Config config, LoadConfigFile(args.config));
-  FB_ASSIGN_OR_RETURN(Recompute recompute, worker::ParseRecompute(args.recompute));
   const std::string& batch_path = args.batch;
   const int passes = static_cast<int>(args.passes);
   FB_ASSIGN_OR_RETURN(checkpoint::SafetensorsFile batch,
@@ -70,21 +69,21 @@ Status Grad(const GradArgs& args) {
   std::memcpy(ids.data(), batch.data(*tokens), tokens->bytes);
 
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ops::Backend> backend, ops::CreateBackend(args.backend));
-  worker::ModelShape shape;
+  model::ModelShape shape;
   shape.max_batch = b;
   shape.max_seq = t;
   shape.max_passes = passes;
-  shape.recompute = recompute;
-  FB_ASSIGN_OR_RETURN(std::unique_ptr<worker::Model> model,
-                      worker::Model::Create(config.model, shape, backend.get()));
+  shape.recompute = args.recompute;
+  FB_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
+                      model::Model::Create(config.model, shape, backend.get()));
   FB_RETURN_IF_ERROR(model->LoadParameters(args.weights));
-  worker::StepOptions options;
+  model::StepOptions options;
   options.passes = passes;
   options.jitter = args.jitter.value_or(config.model.jitter);
   options.prefix_mixin = args.prefix_mixin.value_or(config.model.prefix_mixin);
   options.seed = static_cast<uint64_t>(args.seed);
   model->ZeroGradients();
-  FB_ASSIGN_OR_RETURN(worker::StepResult r, model->Step(ids.data(), b, t, options));
+  FB_ASSIGN_OR_RETURN(model::StepResult r, model->Step(ids.data(), b, t, options));
 
   std::vector<std::pair<std::string, float>> scalars;
   for (size_t k = 0; k < r.pass_loss.size(); ++k) {
@@ -151,9 +150,8 @@ Command AddModel(CLI::App& fullband) {
       ->type_name("S")
       ->transform(IntIn(INT64_MIN))
       ->capture_default_str();
-  grad->add_option("--recompute", g->recompute, "activation recomputation")
-      ->type_name("none|selective|full")
-      ->capture_default_str();
+  OneOf(grad->add_option("--recompute", g->recompute, "activation recomputation"), kRecomputeNames)
+      ->default_str(std::string(RecomputeName(g->recompute)));
   AddBackendOptions(*grad, &g->backend);
   grad->add_option("--out", g->out, "gradients to write")->type_name("G.safetensors")->required();
 

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/config_fields.h"
+
 namespace fullband::cli {
 
 // An integer in [min, max], in decimal. Use with Option::transform: the value is rewritten in
@@ -26,6 +28,17 @@ CLI::Validator FiniteNumber();
 // the enum or bool the option sets), and lists the names as its type in --help.
 CLI::Option* OneOf(CLI::Option* option,
                    const std::vector<std::pair<std::string, int64_t>>& choices);
+
+// OneOf for an option that sets an enum: the names of its NameTable (common/config_fields.h),
+// spelled as configs spell them.
+template <typename E, size_t N>
+CLI::Option* OneOf(CLI::Option* option, const NameTable<E, N>& names) {
+  std::vector<std::pair<std::string, int64_t>> choices;
+  for (const auto& [value, name] : names) {
+    choices.emplace_back(std::string(name), static_cast<int64_t>(value));
+  }
+  return OneOf(option, choices);
+}
 
 // --tokenizer RANKS (FULLBAND_TOKENIZER_RANKS, else the file scripts/fetch_deps.sh fetched).
 void AddTokenizerOption(CLI::App& app, std::string* ranks);

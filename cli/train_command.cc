@@ -11,8 +11,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/step_log.h"
+#include "comm/mpi_communicator.h"
 #include "common/config.h"
-#include "worker/mpi_communicator.h"
 #include "worker/trainer.h"
 
 namespace fullband::cli {
@@ -33,7 +33,7 @@ int Train(const TrainArgs& args) {
     return 2;
   }
   if (args.steps) config->schedule.steps = *args.steps;
-  StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
+  StatusOr<comm::ProcessGroup> group = comm::JoinProcessGroup();
   if (!group.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", group.status().ToString().c_str());
     return 1;
@@ -48,7 +48,7 @@ int Train(const TrainArgs& args) {
       args.resume, args.backend);
   if (!summary.ok()) {
     std::fprintf(stderr, "fullband train: %s\n", summary.status().ToString().c_str());
-    if (group->mpi != nullptr) worker::MpiSession::Abort(1);  // the other ranks may be waiting
+    if (group->mpi != nullptr) comm::MpiSession::Abort(1);  // the other ranks may be waiting
     return summary.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (leader) PrintSummary(*summary, args.json);

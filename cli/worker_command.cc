@@ -1,6 +1,6 @@
 // `fullband worker`: one rank of a coordinated job's worker group, started by the coordinator's
-// launcher as `mpirun -np TP×DP fullband worker` (docs/PARALLEL.md, "The worker group").
-// Rank 0 registers with the coordinator (FULLBAND_COORDINATOR, FULLBAND_JOB_ID,
+// launcher as `mpirun -np TP×DP fullband worker` (docs/PARALLEL.md, "The worker group and the
+// coordinator"). Rank 0 registers with the coordinator (FULLBAND_COORDINATOR, FULLBAND_JOB_ID,
 // FULLBAND_ATTEMPT, FULLBAND_WORKER_TOKEN, FULLBAND_TLS_CA), heartbeats, leases steps and
 // broadcasts the registration and every step to the group; every rank trains; rank 0 reports.
 // Exit codes: 0 when the budget is spent or the coordinator ended the job; 1 on an error, after
@@ -15,14 +15,15 @@
 
 #include "cli/backend_client_options.h"
 #include "cli/commands.h"
+#include "cli/coordinator_step_source.h"
 #include "cli/options.h"
 #include "cli/step_log.h"
+#include "comm/mpi_communicator.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
 #include "coordinator/client.h"
 #include "coordinator/launcher.h"
 #include "proto/config_convert.h"
-#include "worker/mpi_communicator.h"
 #include "worker/trainer.h"
 
 namespace fullband::cli {
@@ -61,7 +62,7 @@ StatusOr<std::unique_ptr<coordinator::WorkerClient>> RegisterRank0(const WorkerA
 
 // Rank 0 registers; the registration (or its error) reaches every rank.
 // `timeout` covers rank 0's retries of the coordinator.
-StatusOr<Registration> Register(worker::Communicator& world, const WorkerArgs& args,
+StatusOr<Registration> Register(comm::Communicator& world, const WorkerArgs& args,
                                 std::chrono::milliseconds timeout,
                                 std::unique_ptr<coordinator::WorkerClient>* client) {
   StatusOr<std::string> mine = std::string();
@@ -74,7 +75,7 @@ StatusOr<Registration> Register(worker::Communicator& world, const WorkerArgs& a
       mine = Status(c.status().code(), "register: " + c.status().message());
     }
   }
-  FB_ASSIGN_OR_RETURN(const std::string bytes, worker::BroadcastResult(world, 0, mine, timeout));
+  FB_ASSIGN_OR_RETURN(const std::string bytes, comm::BroadcastResult(world, 0, mine, timeout));
   proto::RegisterWorkerGroupResponse r;
   if (!r.ParseFromString(bytes)) return InternalError("registration: unparsable broadcast");
   Registration out;
@@ -129,7 +130,7 @@ StatusOr<std::optional<dataloader::SamplerCursor>> Resume(worker::Trainer& train
 }
 
 // Everything after MPI is up; returns how the run ended.
-StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArgs& args,
+StatusOr<worker::TrainSummary> Work(comm::Communicator& world, const WorkerArgs& args,
                                     std::unique_ptr<coordinator::WorkerClient>* client) {
   const auto lease_timeout = std::chrono::seconds(args.lease_timeout_s);
   world.set_timeout(std::chrono::seconds(args.collective_timeout_s));
@@ -141,7 +142,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArg
   FB_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::Trainer> trainer,
       worker::Trainer::Create(config, backend.get(), &world, CheckpointRoot(config, args.job_dir)));
-  const worker::Layout& layout = trainer->layout();
+  const comm::Layout& layout = trainer->layout();
   std::optional<dataloader::SamplerCursor> cursor;
   if (reg.resume_step != 0) {
     FB_ASSIGN_OR_RETURN(cursor, Resume(*trainer, reg, client->get()));
@@ -154,7 +155,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArg
                  << backend->name() << ": steps " << reg.resume_step << ".." << reg.total_steps
                  << ", " << data->description();
   }
-  worker::CoordinatorStepSource steps(client->get(), &world, reg.total_steps, lease_timeout);
+  CoordinatorStepSource steps(client->get(), &world, reg.total_steps, lease_timeout);
   const bool json = args.json;
   const int64_t every = config.runtime.log_every;
   return trainer->Run(steps, *data, [&](const worker::StepRecord& r) {
@@ -163,7 +164,7 @@ StatusOr<worker::TrainSummary> Work(worker::Communicator& world, const WorkerArg
 }
 
 int RunWorker(const WorkerArgs& args) {
-  StatusOr<worker::ProcessGroup> group = worker::JoinProcessGroup();
+  StatusOr<comm::ProcessGroup> group = comm::JoinProcessGroup();
   if (!group.ok()) {
     std::fprintf(stderr, "fullband worker: %s\n", group.status().ToString().c_str());
     return 1;
@@ -180,7 +181,7 @@ int RunWorker(const WorkerArgs& args) {
         std::fprintf(stderr, "fullband worker: ReportFailure: %s\n", s.ToString().c_str());
     }
     client.reset();  // stops the heartbeat before the group goes
-    if (group->mpi != nullptr) worker::MpiSession::Abort(1);
+    if (group->mpi != nullptr) comm::MpiSession::Abort(1);
     return 1;
   }
   if (group->world->rank() == 0) {

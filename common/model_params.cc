@@ -4,39 +4,59 @@
 
 namespace fullband {
 
+namespace {
+
+// The key of each role, without the "layers.N." of a per-layer one.
+constexpr std::array<std::string_view, kParamRoles> kParamKeys = {
+    "embed.weight",        "attn_norm.weight",    "attn.wq.weight",
+    "attn.wk.weight",      "attn.wv.weight",      "attn.q_norm.weight",
+    "attn.k_norm.weight",  "attn.wgate.weight",   "attn.wo.weight",
+    "ffn_norm.weight",     "ffn.w1.weight",       "ffn.w3.weight",
+    "ffn.w2.weight",       "final_norm.weight",   "feedback.norm_g.weight",
+    "feedback.w_g.weight", "feedback.w_u.weight", "feedback.norm_in.weight"};
+
+}  // namespace
+
+std::string ParamName(ParamRole role, int64_t layer) {
+  const std::string key(kParamKeys[static_cast<size_t>(role)]);
+  return layer < 0 ? key : "layers." + std::to_string(layer) + "." + key;
+}
+
 std::vector<ParamDef> ModelParameters(const ModelConfig& m) {
   std::vector<ParamDef> out;
-  const auto add = [&](std::string name, std::vector<int64_t> shape, ParamKind kind,
-                       double init_std, TpSplit split = TpSplit::kReplicated) {
-    out.push_back({std::move(name), std::move(shape), kind, init_std, split});
+  int64_t layer = -1;  // of the tensors being added
+  const auto add = [&](ParamRole role, std::vector<int64_t> shape, ParamKind kind, double init_std,
+                       TpSplit split = TpSplit::kReplicated) {
+    out.push_back({role, layer, ParamName(role, layer), std::move(shape), kind, init_std, split});
   };
+  using R = ParamRole;
   const int64_t d = m.d_model, hd = m.n_heads * m.head_dim, kvd = m.n_kv_heads * m.head_dim;
   constexpr double kStd = 0.02;
   constexpr TpSplit kRows = TpSplit::kRows, kCols = TpSplit::kColumns;
-  add("embed.weight", {m.vocab_size, d}, ParamKind::kEmbedding, kStd, kRows);
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", {d}, ParamKind::kNormGain, 0);
-    add(p + "attn.wq.weight", {hd, d}, ParamKind::kMatrix, kStd, kRows);
-    add(p + "attn.wk.weight", {kvd, d}, ParamKind::kMatrix, kStd, kRows);
-    add(p + "attn.wv.weight", {kvd, d}, ParamKind::kMatrix, kStd, kRows);
+  add(R::kEmbed, {m.vocab_size, d}, ParamKind::kEmbedding, kStd, kRows);
+  for (layer = 0; layer < m.n_layers; ++layer) {
+    add(R::kAttnNorm, {d}, ParamKind::kNormGain, 0);
+    add(R::kWq, {hd, d}, ParamKind::kMatrix, kStd, kRows);
+    add(R::kWk, {kvd, d}, ParamKind::kMatrix, kStd, kRows);
+    add(R::kWv, {kvd, d}, ParamKind::kMatrix, kStd, kRows);
     if (m.qk_norm) {
-      add(p + "attn.q_norm.weight", {m.head_dim}, ParamKind::kNormGain, 0);
-      add(p + "attn.k_norm.weight", {m.head_dim}, ParamKind::kNormGain, 0);
+      add(R::kQNorm, {m.head_dim}, ParamKind::kNormGain, 0);
+      add(R::kKNorm, {m.head_dim}, ParamKind::kNormGain, 0);
     }
-    if (m.attn_gate) add(p + "attn.wgate.weight", {m.n_heads, d}, ParamKind::kMatrix, kStd, kRows);
-    add(p + "attn.wo.weight", {d, hd}, ParamKind::kMatrix, kStd, kCols);
-    add(p + "ffn_norm.weight", {d}, ParamKind::kNormGain, 0);
-    add(p + "ffn.w1.weight", {m.ffn_dim, d}, ParamKind::kMatrix, kStd, kRows);
-    add(p + "ffn.w3.weight", {m.ffn_dim, d}, ParamKind::kMatrix, kStd, kRows);
-    add(p + "ffn.w2.weight", {d, m.ffn_dim}, ParamKind::kMatrix, kStd, kCols);
+    if (m.attn_gate) add(R::kWgate, {m.n_heads, d}, ParamKind::kMatrix, kStd, kRows);
+    add(R::kWo, {d, hd}, ParamKind::kMatrix, kStd, kCols);
+    add(R::kFfnNorm, {d}, ParamKind::kNormGain, 0);
+    add(R::kW1, {m.ffn_dim, d}, ParamKind::kMatrix, kStd, kRows);
+    add(R::kW3, {m.ffn_dim, d}, ParamKind::kMatrix, kStd, kRows);
+    add(R::kW2, {d, m.ffn_dim}, ParamKind::kMatrix, kStd, kCols);
   }
-  add("final_norm.weight", {d}, ParamKind::kNormGain, 0);
+  layer = -1;
+  add(R::kFinalNorm, {d}, ParamKind::kNormGain, 0);
   const double fusion_std = 1.0 / std::sqrt(static_cast<double>(d));  // N(0, 1/D)
-  add("feedback.norm_g.weight", {d}, ParamKind::kNormGain, 0);
-  add("feedback.w_g.weight", {d, d}, ParamKind::kMatrix, fusion_std);
-  add("feedback.w_u.weight", {d, d}, ParamKind::kMatrix, fusion_std);
-  add("feedback.norm_in.weight", {d}, ParamKind::kNormGain, 0);
+  add(R::kFeedbackNormG, {d}, ParamKind::kNormGain, 0);
+  add(R::kFeedbackWg, {d, d}, ParamKind::kMatrix, fusion_std);
+  add(R::kFeedbackWu, {d, d}, ParamKind::kMatrix, fusion_std);
+  add(R::kFeedbackNormIn, {d}, ParamKind::kNormGain, 0);
   return out;
 }
 

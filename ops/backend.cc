@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <mutex>
 #include <string>
@@ -126,6 +128,30 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) 
     }
   }
   return InvalidArgumentError("unknown device");
+}
+
+double MeasurePeakGflops(Backend& be) {
+  const int64_t n = 2048;
+  const size_t bytes = n * n * sizeof(float);
+  void* a = be.Allocate(bytes).value();
+  void* b = be.Allocate(bytes).value();
+  void* c = be.Allocate(bytes).value();
+  be.Fill(Tensor::F32(static_cast<float*>(a), {n * n}, be.device()), 0.5f);
+  be.Fill(Tensor::F32(static_cast<float*>(b), {n * n}, be.device()), 0.25f);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(b), n, 0.0f,
+            static_cast<float*>(c), n);
+    be.Synchronize();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::max(best, 2.0 * n * n * n / seconds / 1e9);
+  }
+  be.Free(a);
+  be.Free(b);
+  be.Free(c);
+  return best;
 }
 
 }  // namespace fullband::ops

@@ -192,11 +192,15 @@ StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 // and in its ../ops, then in the build tree it was compiled in; later calls use the plugin
 // loaded then, whatever `cuda_plugin` they name.
 
+// The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the peak that MFU
+// is measured against.
+double MeasurePeakGflops(Backend& backend);
+
 // True when a CUDA backend can be created here (built with CUDA and a GPU is visible).
 bool CudaAvailable(const std::string& cuda_plugin = {});
 
 // The CUDA plugin's C entry point `symbol` (ops/cuda/plugin.h), for the components above ops
-// that the plugin implements (worker/nccl_communicator.cc); cast it to the plugin.h type of that
+// that the plugin implements (ops/nccl_communicator.cc); cast it to the plugin.h type of that
 // name. UNAVAILABLE when the plugin cannot be loaded or fullband was built without CUDA (the
 // message says which), or when the plugin lacks `symbol`.
 StatusOr<void*> CudaPluginSymbol(const char* symbol);

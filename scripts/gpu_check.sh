@@ -16,11 +16,11 @@ FULLBAND_TARGETS="ops_test nccl_communicator_test ops_bench fullband" \
 build/cli/fullband backends | tee "$out/backends.txt"
 # A CUDA backend that cannot be created fails every CUDA test here, with the plugin's error.
 FULLBAND_REQUIRE_CUDA=1 build/tests/ops/ops_test --gtest_brief=1 2>&1 | tee "$out/ops_test.txt"
-FULLBAND_REQUIRE_CUDA=1 build/tests/worker/nccl_communicator_test --gtest_brief=1 2>&1 |
+FULLBAND_REQUIRE_CUDA=1 build/tests/comm/nccl_communicator_test --gtest_brief=1 2>&1 |
   tee "$out/nccl_communicator_test.txt"
 if (($(nvidia-smi -L 2>/dev/null | wc -l) >= 2)); then
   FULLBAND_REQUIRE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun --oversubscribe --bind-to none -np 2 build/tests/worker/nccl_communicator_test \
+    mpirun --oversubscribe --bind-to none -np 2 build/tests/comm/nccl_communicator_test \
     --gtest_brief=1 2>&1 | tee "$out/nccl_communicator_test_np2.txt"
 fi
 # The trainer on one GPU: 8 steps with K = 1, 2, 3 of a small model; its per-pass losses must

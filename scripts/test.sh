@@ -15,7 +15,7 @@ status=0
 ctest --test-dir build --output-on-failure --timeout 900 -j "$(nproc)" 2>&1 | tee "$logs/release.log" || status=1
 
 echo "== build (ASan + UBSan, CPU only)"
-FULLBAND_BUILD_DIR=build-asan FULLBAND_TARGETS="common_test proto_test checkpoint_test ops_test worker_test dataloader_test tokenizer_test \
+FULLBAND_BUILD_DIR=build-asan FULLBAND_TARGETS="common_test proto_test checkpoint_test ops_test comm_test model_test worker_test dataloader_test tokenizer_test \
   coordinator_auth_test coordinator_metrics_http_test coordinator_local_launcher_test coordinator_slurm_launcher_test coordinator_tls_test \
   coordinator_test coordinator_grpc_test coordinator_rpc_handler_test fullband" \
   scripts/build.sh -DFULLBAND_SANITIZE=ON -DFULLBAND_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo

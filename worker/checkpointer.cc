@@ -18,7 +18,7 @@ constexpr char kMomentM[] = "optim.m.";
 constexpr char kMomentV[] = "optim.v.";
 
 // This rank's box of `spec`'s whole tensor (all of it unless tensor parallelism splits it).
-ck::TensorSlice BoxOf(const ParamSpec& spec) {
+ck::TensorSlice BoxOf(const model::ParamSpec& spec) {
   ck::TensorSlice s = ck::WholeTensor(spec.shape);
   s.offset = spec.box_offset;
   return s;
@@ -26,16 +26,16 @@ ck::TensorSlice BoxOf(const ParamSpec& spec) {
 
 // The part of `spec` in the arena range [begin, end), as a slice of the whole tensor (empty
 // range when they do not meet).
-ck::TensorSlice SliceIn(const ParamSpec& spec, int64_t begin, int64_t end) {
+ck::TensorSlice SliceIn(const model::ParamSpec& spec, int64_t begin, int64_t end) {
   ck::TensorSlice s = BoxOf(spec);
   s.begin = std::clamp(begin - spec.offset, int64_t{0}, spec.numel);
   s.end = std::clamp(end - spec.offset, s.begin, spec.numel);
   return s;
 }
 
-std::map<std::string, ck::GlobalTensor> GlobalTensors(const ParameterTable& table) {
+std::map<std::string, ck::GlobalTensor> GlobalTensors(const model::ParameterTable& table) {
   std::map<std::string, ck::GlobalTensor> out;
-  for (const ParamSpec& spec : table.specs()) {
+  for (const model::ParamSpec& spec : table.specs()) {
     for (const std::string prefix : {"", kMomentM, kMomentV}) {
       out[prefix + spec.name] = {ck::StDType::kF32, spec.global_shape};
     }
@@ -44,7 +44,8 @@ std::map<std::string, ck::GlobalTensor> GlobalTensors(const ParameterTable& tabl
 }
 
 // INVALID_ARGUMENT unless the checkpoint holds exactly the tensors of `table`.
-Status CheckSameModel(const ck::Manifest& m, const ParameterTable& table, const std::string& dir) {
+Status CheckSameModel(const ck::Manifest& m, const model::ParameterTable& table,
+                      const std::string& dir) {
   const std::map<std::string, ck::GlobalTensor> mine = GlobalTensors(table);
   for (const auto& [name, t] : mine) {
     auto it = m.tensors.find(name);
@@ -77,9 +78,10 @@ std::string RandomToken() {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Options options, Model* model,
-                                                             AdamW* optimizer, Communicator* comm,
-                                                             int dp_rank, int dp) {
+StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Options options, model::Model* model,
+                                                             model::AdamW* optimizer,
+                                                             comm::Communicator* comm, int dp_rank,
+                                                             int dp) {
   std::unique_ptr<Checkpointer> c(new Checkpointer(std::move(options), model, optimizer, comm));
   c->rank_ = comm->rank();
   const bool sharded_moments =
@@ -93,8 +95,9 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(Options options, Mo
     c->end_ = total * (dp_rank + 1) / dp;
   }
   if (c->enabled()) {
-    FB_ASSIGN_OR_RETURN(c->token_, BroadcastResult(*comm, 0, comm->rank() == 0 ? RandomToken() : "",
-                                                   comm->timeout()));
+    FB_ASSIGN_OR_RETURN(
+        c->token_,
+        comm::BroadcastResult(*comm, 0, comm->rank() == 0 ? RandomToken() : "", comm->timeout()));
     const size_t n = static_cast<size_t>(c->end_ - c->begin_);
     c->params_.resize(n);
     c->m_.resize(n);
@@ -113,8 +116,8 @@ bool Checkpointer::Due(int64_t steps_done, int64_t total_steps) const {
 
 std::vector<ck::PieceRef> Checkpointer::Pieces() const {
   std::vector<ck::PieceRef> out;
-  const ParameterTable& table = model_->table();
-  for (const ParamSpec& spec : table.specs()) {
+  const model::ParameterTable& table = model_->table();
+  for (const model::ParamSpec& spec : table.specs()) {
     if (!table.Owns(spec)) continue;  // a replicated parameter: TP rank 0's ranks write it
     const ck::TensorSlice s = SliceIn(spec, begin_, end_);
     if (s.numel() == 0) continue;
@@ -153,7 +156,7 @@ Status Checkpointer::Poll(bool wait, const CommitFn& commit) {
   if (wait) writer_.join();
   const bool done = written_;
   int64_t flags[2] = {done ? 0 : 1, done && !write_status_.ok() ? 1 : 0};
-  FB_RETURN_IF_ERROR(comm_->AllReduce(flags, 2, CommType::kI64, ReduceOp::kMax));
+  FB_RETURN_IF_ERROR(comm_->AllReduce(flags, 2, comm::CommType::kI64, comm::ReduceOp::kMax));
   if (flags[0] != 0) return OkStatus();  // a rank is still writing
   if (writer_.joinable()) writer_.join();
   in_flight_ = false;
@@ -186,7 +189,7 @@ Status Checkpointer::FirstWriteError(Status* s) {
     mine.replace(0, std::min<size_t>(text.size(), kBytes - 1), text, 0, kBytes - 1);
   }
   std::string all(static_cast<size_t>(kBytes * comm_->size()), '\0');
-  FB_RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), kBytes, CommType::kU8));
+  FB_RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), kBytes, comm::CommType::kU8));
   if (!s->ok()) return OkStatus();  // this rank's own error says it
   for (int r = 0; r < comm_->size(); ++r) {
     const char* text = all.data() + r * kBytes;
@@ -217,13 +220,13 @@ void Checkpointer::Abandon() {
 StatusOr<ck::TrainingState> Checkpointer::Restore(const std::string& dir) {
   FB_ASSIGN_OR_RETURN(std::unique_ptr<ck::CheckpointReader> reader,
                       ck::CheckpointReader::Open(dir));
-  const ParameterTable& table = model_->table();
+  const model::ParameterTable& table = model_->table();
   FB_RETURN_IF_ERROR(CheckSameModel(reader->manifest(), table, dir));
   // Everything is read (and checked) into host memory before the model is touched.
   std::vector<float> params(static_cast<size_t>(table.total_numel()), 0.0f);
   const int64_t mb = optimizer_->begin(), me = optimizer_->end();
   std::vector<float> m(static_cast<size_t>(me - mb)), v(m.size());
-  for (const ParamSpec& spec : table.specs()) {
+  for (const model::ParamSpec& spec : table.specs()) {
     FB_RETURN_IF_ERROR(reader->Read(spec.name, BoxOf(spec), params.data() + spec.offset));
     const ck::TensorSlice s = SliceIn(spec, mb, me);
     if (s.numel() == 0) continue;

@@ -28,10 +28,10 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/sharded.h"
+#include "comm/communicator.h"
 #include "common/status.h"
-#include "worker/communicator.h"
-#include "worker/model.h"
-#include "worker/optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 
 namespace fullband::worker {
 
@@ -48,9 +48,10 @@ class Checkpointer {
 
   // `model`, `optimizer` and `comm` (the whole group, dp ranks) outlive the checkpointer. All
   // ranks call Create together (rank 0 draws the token that names temporary directories).
-  static StatusOr<std::unique_ptr<Checkpointer>> Create(Options options, Model* model,
-                                                        AdamW* optimizer, Communicator* comm,
-                                                        int dp_rank, int dp);
+  static StatusOr<std::unique_ptr<Checkpointer>> Create(Options options, model::Model* model,
+                                                        model::AdamW* optimizer,
+                                                        comm::Communicator* comm, int dp_rank,
+                                                        int dp);
   ~Checkpointer();  // waits for a write in flight; it is not committed
 
   bool enabled() const { return !options_.root.empty(); }
@@ -75,7 +76,8 @@ class Checkpointer {
   StatusOr<checkpoint::TrainingState> Restore(const std::string& dir);
 
  private:
-  Checkpointer(Options options, Model* model, AdamW* optimizer, Communicator* comm)
+  Checkpointer(Options options, model::Model* model, model::AdamW* optimizer,
+               comm::Communicator* comm)
       : options_(std::move(options)), model_(model), optimizer_(optimizer), comm_(comm) {}
   // Rank 0: the manifest, the rename, the commit callback and pruning.
   Status FirstWriteError(Status* s);
@@ -83,9 +85,9 @@ class Checkpointer {
   std::vector<checkpoint::PieceRef> Pieces() const;
 
   Options options_;
-  Model* model_;
-  AdamW* optimizer_;
-  Communicator* comm_;
+  model::Model* model_;
+  model::AdamW* optimizer_;
+  comm::Communicator* comm_;
   int rank_ = 0;
   std::string token_;                  // names this group's temporary directories
   int64_t begin_ = 0, end_ = 0;        // the arena range this rank writes

@@ -14,10 +14,10 @@ namespace fullband::worker {
 // final norm, then layer L-2 down to 0; the embedding and the feedback parameters only at the
 // end): the first buckets to complete are the first to go. Smaller buckets start sooner but
 // pay the per-collective latency more often; docs/PARALLEL.md has the measured trade-off.
-GradientReducer::GradientReducer(const ParameterTable& table, float* grads, Communicator* dp,
-                                 int64_t bucket_bytes)
+GradientReducer::GradientReducer(const model::ParameterTable& table, float* grads,
+                                 comm::Communicator* dp, int64_t bucket_bytes)
     : table_(table), grads_(grads), dp_(dp) {
-  const std::vector<ParamSpec>& specs = table.specs();
+  const std::vector<model::ParamSpec>& specs = table.specs();
   const int n = static_cast<int>(specs.size());
   bucket_of_.assign(n, -1);
   final_.assign(n, false);
@@ -52,14 +52,15 @@ void GradientReducer::BeginStep() {
 }
 
 void GradientReducer::Start(Bucket& b) {
-  b.work = dp_->AllReduceAsync(grads_ + b.begin, b.end - b.begin, CommType::kF32, ReduceOp::kSum);
+  b.work = dp_->AllReduceAsync(grads_ + b.begin, b.end - b.begin, comm::CommType::kF32,
+                               comm::ReduceOp::kSum);
 }
 
 void GradientReducer::MarkFinal(int64_t begin, int64_t end) {
-  const std::vector<ParamSpec>& specs = table_.specs();
+  const std::vector<model::ParamSpec>& specs = table_.specs();
   // The first spec at or after `begin` (specs are in offset order).
   auto it = std::lower_bound(specs.begin(), specs.end(), begin,
-                             [](const ParamSpec& s, int64_t at) { return s.offset < at; });
+                             [](const model::ParamSpec& s, int64_t at) { return s.offset < at; });
   for (; it != specs.end() && it->offset + it->numel <= end; ++it) {
     const int i = static_cast<int>(it - specs.begin());
     if (final_[i]) continue;

@@ -18,9 +18,9 @@
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "common/status.h"
-#include "worker/communicator.h"
-#include "worker/param_table.h"
+#include "model/param_table.h"
 
 namespace fullband::worker {
 
@@ -28,7 +28,7 @@ class GradientReducer {
  public:
   // `grads` is the gradient arena carved by `table`, in the memory `dp` reduces (the backend's:
   // MPI on the CPU, NCCL on CUDA); `dp` and `table` outlive the reducer.
-  GradientReducer(const ParameterTable& table, float* grads, Communicator* dp,
+  GradientReducer(const model::ParameterTable& table, float* grads, comm::Communicator* dp,
                   int64_t bucket_bytes);
 
   // Starts a step: no parameter is final yet.
@@ -51,16 +51,16 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    int64_t begin = 0, end = 0;  // floats of the arena
-    int specs = 0;               // parameters in the bucket
-    int pending = 0;             // of them, not final yet this step
-    std::unique_ptr<Work> work;  // the all-reduce in flight
+    int64_t begin = 0, end = 0;        // floats of the arena
+    int specs = 0;                     // parameters in the bucket
+    int pending = 0;                   // of them, not final yet this step
+    std::unique_ptr<comm::Work> work;  // the all-reduce in flight
   };
   void Start(Bucket& b);
 
-  const ParameterTable& table_;
+  const model::ParameterTable& table_;
   float* grads_;
-  Communicator* dp_;
+  comm::Communicator* dp_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per spec
   std::vector<bool> final_;     // per spec, this step

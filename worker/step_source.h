@@ -3,9 +3,8 @@
 // always StepPlan's (common/step_plan.h), whether it was planned here or leased.
 //
 // - LocalStepSource: the plan of the run's own Config (`fullband train`, no coordinator).
-// - CoordinatorStepSource: rank 0 leases steps from the coordinator (coordinator/client.h)
-//   and broadcasts each to the group; rank 0 reports every finished step. The group stops when
-//   the budget is spent or the coordinator says the job is over or restarting.
+// - CoordinatorStepSource (cli/coordinator_step_source.h): the coordinator's leases, for
+//   `fullband worker`; it lives with that command, so that the trainer links no gRPC.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "common/status.h"
 #include "common/step_plan.h"
-#include "worker/communicator.h"
-
-namespace fullband::coordinator {
-class WorkerClient;
-}  // namespace fullband::coordinator
 
 namespace fullband::worker {
 
@@ -59,33 +54,6 @@ class LocalStepSource final : public StepSource {
  private:
   StepPlan plan_;
   int64_t next_;
-};
-
-class CoordinatorStepSource final : public StepSource {
- public:
-  // `client` is rank 0's registered client (null on the other ranks); `comm` is the whole
-  // group. `total_steps` comes from the registration, broadcast by rank 0.
-  // `lease_timeout` bounds how long the other ranks wait for rank 0's next step (it includes
-  // rank 0's retries of the coordinator).
-  CoordinatorStepSource(coordinator::WorkerClient* client, Communicator* comm, int64_t total_steps,
-                        std::chrono::milliseconds lease_timeout)
-      : client_(client), comm_(comm), total_(total_steps), lease_timeout_(lease_timeout) {}
-
-  // Errors: rank 0's lease errors, on every rank (their text broadcast); the communicator's.
-  StatusOr<std::optional<StepAssignment>> Next() override;
-  // Rank 0 reports the step (durable when OK); the other ranks do nothing.
-  Status Done(const StepAssignment& step, const std::vector<double>& pass_loss,
-              double seconds) override;
-  // Rank 0 calls CommitCheckpoint; the other ranks do nothing.
-  Status Commit(int64_t step, const std::string& path, int64_t shards) override;
-  int64_t total_steps() const override { return total_; }
-
- private:
-  coordinator::WorkerClient* client_;
-  Communicator* comm_;
-  int64_t total_;
-  std::chrono::milliseconds lease_timeout_;
-  bool completed_ = false;  // a report said the budget is spent
 };
 
 }  // namespace fullband::worker

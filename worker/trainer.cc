@@ -10,9 +10,9 @@
 #include "common/model_params.h"
 #include "common/schedule.h"
 #include "common/step_plan.h"
+#include "model/distributed_optimizer.h"
 #include "ops/backend.h"
-#include "worker/layers.h"
-#include "worker/nccl_communicator.h"
+#include "ops/nccl_communicator.h"
 
 namespace fullband::worker {
 namespace {
@@ -24,29 +24,15 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // Bucket size of the data-parallel gradient all-reduce (Note [Gradient buckets]).
 constexpr int64_t kBucketBytes = int64_t{4} << 20;
 
-}  // namespace
-
-double MeasurePeakGflops(ops::Backend& be) {
-  const int64_t n = 2048;
-  const size_t bytes = n * n * sizeof(float);
-  void* a = be.Allocate(bytes).value();
-  void* b = be.Allocate(bytes).value();
-  void* c = be.Allocate(bytes).value();
-  be.Fill(ops::Tensor::F32(static_cast<float*>(a), {n * n}, be.device()), 0.5f);
-  be.Fill(ops::Tensor::F32(static_cast<float*>(b), {n * n}, be.device()), 0.25f);
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    be.Gemm(false, false, n, n, n, 1.0f, static_cast<float*>(a), n, static_cast<float*>(b), n, 0.0f,
-            static_cast<float*>(c), n);
-    be.Synchronize();
-    if (i > 0) best = std::max(best, 2.0 * n * n * n / Seconds(t0) / 1e9);
-  }
-  be.Free(a);
-  be.Free(b);
-  be.Free(c);
-  return best;
+// On CUDA, NCCL communicators over the groups' ranks carry the backend's buffers; on the CPU the
+// host groups do.
+comm::DeviceGroupFactory DeviceGroups(ops::Backend* backend) {
+  if (backend->device() != ops::Device::kCuda) return {};
+  return
+      [backend](comm::Communicator& host) { return ops::CreateNcclCommunicator(host, *backend); };
 }
+
+}  // namespace
 
 StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime,
                                                              ops::BackendOptions options) {
@@ -55,78 +41,59 @@ StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig
   return ops::CreateBackend(options);
 }
 
-StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank) {
-  if (parallel.tp * parallel.dp != world_size) {
-    return InvalidArgumentError("parallel: tp × dp = " + std::to_string(parallel.tp) + " × " +
-                                std::to_string(parallel.dp) + " does not match the " +
-                                std::to_string(world_size) + " rank(s) this run was started with");
-  }
-  Layout l;
-  l.tp = static_cast<int>(parallel.tp);
-  l.dp = static_cast<int>(parallel.dp);
-  l.tp_rank = rank % l.tp;  // a TP group is consecutive ranks
-  l.dp_rank = rank / l.tp;
-  return l;
-}
-
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Backend* backend,
-                                                   Communicator* comm,
+                                                   comm::Communicator* comm,
                                                    const std::string& checkpoint_root) {
   FB_RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Trainer> t(new Trainer(config, backend, comm));
   FB_ASSIGN_OR_RETURN(StepPlan plan, StepPlan::Create(config));
   t->plan_.emplace(std::move(plan));
-  FB_ASSIGN_OR_RETURN(t->layout_, MakeLayout(config.parallel, comm->size(), comm->rank()));
-  const Layout& layout = t->layout_;
+  FB_ASSIGN_OR_RETURN(const comm::Layout layout,
+                      comm::MakeLayout(config.parallel, comm->size(), comm->rank()));
   if (layout.tp > 1 && !config.runtime.save_to.empty()) {
     return InvalidArgumentError(
         "runtime.save_to: a tensor-parallel run holds the model in shares; save a checkpoint "
         "(checkpoint.dir) and write the whole model with `fullband ckpt export`");
   }
-  FB_RETURN_IF_ERROR(t->ConnectGroups());
-  const int64_t rows = config.data.batch_size / t->layout_.dp;
-  ModelShape shape;
+  FB_ASSIGN_OR_RETURN(t->groups_,
+                      comm::ParallelGroups::Create(comm, layout, DeviceGroups(backend)));
+  const comm::ParallelGroups& g = *t->groups_;
+  const int64_t rows = config.data.batch_size / layout.dp;
+  const bool zero1 = config.parallel.zero1;
+  model::ModelShape shape;
   shape.max_batch = rows;
   shape.max_seq = config.data.seq_len;
   shape.max_passes = static_cast<int>(config.schedule.MaxPasses());
   shape.recompute = config.runtime.recompute;
-  const bool zero1 = config.parallel.zero1;
-  if (zero1) shape.param_multiple = 16 * t->layout_.dp;  // equal, aligned shards
+  shape.param_multiple = model::DistributedOptimizer::ParamMultiple(zero1, layout.dp);
   FB_ASSIGN_OR_RETURN(t->model_,
-                      Model::Create(config.model, shape, backend, t->tp_, t->tp_device_));
+                      model::Model::Create(config.model, shape, backend, g.tp(), g.tp_device()));
   if (config.runtime.init_from.empty()) {
     t->model_->InitParameters(static_cast<uint64_t>(config.runtime.init_seed));
   } else {
     FB_RETURN_IF_ERROR(t->model_->LoadParameters(config.runtime.init_from));
   }
-  if (zero1) {
-    t->shard_floats_ = t->model_->params().numel() / t->layout_.dp;
-    t->shard_begin_ = t->layout_.dp_rank * t->shard_floats_;
-    FB_ASSIGN_OR_RETURN(
-        ops::Arena arena,
-        ops::Arena::Create(backend, 2 * static_cast<size_t>(t->shard_floats_) * sizeof(float)));
-    t->shard_arena_.emplace(std::move(arena));
-    t->grad_shard_ = t->shard_arena_->TakeF32({t->shard_floats_});
-    t->param_shard_ = t->shard_arena_->TakeF32({t->shard_floats_});
-  }
-  FB_ASSIGN_OR_RETURN(t->optimizer_,
-                      zero1 ? AdamW::Create(config.optim, t->model_->table(), backend,
-                                            t->shard_begin_, t->shard_begin_ + t->shard_floats_)
-                            : AdamW::Create(config.optim, t->model_->table(), backend));
-  if (t->layout_.dp > 1 && !zero1) {
+  const model::DistributedOptimizer::Groups og{.world = comm,
+                                               .tp = g.tp(),
+                                               .dp_device = g.dp_device(),
+                                               .dp = layout.dp,
+                                               .dp_rank = layout.dp_rank};
+  FB_ASSIGN_OR_RETURN(
+      t->optimizer_, model::DistributedOptimizer::Create(config.optim, zero1, t->model_.get(), og));
+  if (layout.dp > 1 && !t->optimizer_->reduces_gradients()) {
     t->reducer_ = std::make_unique<GradientReducer>(t->model_->table(), t->model_->grads().f32(),
-                                                    t->dp_device_, kBucketBytes);
+                                                    g.dp_device(), kBucketBytes);
   }
   Checkpointer::Options co;
   co.root = checkpoint_root;
   co.every_steps = config.checkpoint.every_steps;
   co.keep = config.checkpoint.keep;
   FB_ASSIGN_OR_RETURN(t->checkpointer_,
-                      Checkpointer::Create(co, t->model_.get(), t->optimizer_.get(), comm,
-                                           t->layout_.dp_rank, t->layout_.dp));
+                      Checkpointer::Create(co, t->model_.get(), &t->optimizer_->adamw(), comm,
+                                           layout.dp_rank, layout.dp));
   t->tokens_.resize(rows * (config.data.seq_len + 1));
-  t->peak_gflops_ =
-      config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops : MeasurePeakGflops(*backend);
+  t->peak_gflops_ = config.runtime.peak_gflops > 0 ? config.runtime.peak_gflops
+                                                   : ops::MeasurePeakGflops(*backend);
   t->flops_per_token_ =
       ModelFlopsPerToken(config.model, ModelParameterCount(config.model), config.data.seq_len);
   return t;
@@ -142,23 +109,24 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 1; i <= t; ++i) counted += tokens_[r * (t + 1) + i] != config_.model.ignore_id;
   }
-  FB_RETURN_IF_ERROR(dp_->AllReduce(&counted, 1, CommType::kI64, ReduceOp::kSum));
+  FB_RETURN_IF_ERROR(
+      groups_->dp()->AllReduce(&counted, 1, comm::CommType::kI64, comm::ReduceOp::kSum));
 
-  StepOptions options;
+  model::StepOptions options;
   options.passes = static_cast<int>(a.passes);
   options.jitter = config_.model.jitter;
   options.prefix_mixin = config_.model.prefix_mixin;
   options.seed = a.seed;
-  options.row_offset = layout_.dp_rank * rows;
+  options.row_offset = layout().dp_rank * rows;
   options.loss_count = counted;
   if (reducer_) {
     reducer_->BeginStep();
     options.grads_final = [this](int64_t begin, int64_t end) { reducer_->MarkFinal(begin, end); };
   }
   model_->ZeroGradients();
-  FB_ASSIGN_OR_RETURN(StepResult r, model_->Step(tokens_.data(), rows, t, options));
+  FB_ASSIGN_OR_RETURN(model::StepResult r, model_->Step(tokens_.data(), rows, t, options));
   if (reducer_) {
-    FB_RETURN_IF_ERROR(reducer_->Finish(dp_->timeout()));
+    FB_RETURN_IF_ERROR(reducer_->Finish(groups_->dp()->timeout()));
     rec.comm_exposed_seconds = reducer_->exposed_seconds();
     rec.comm_hidden_fraction = reducer_->hidden_fraction();
   }
@@ -166,19 +134,10 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   // ranks is the mean (the ranks of a tensor-parallel group hold the same values).
   std::vector<double> losses = r.pass_loss;
   losses.push_back(r.total);
-  FB_RETURN_IF_ERROR(dp_->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
-                                    CommType::kF64, ReduceOp::kSum));
-  OptimizerStats os;
-  if (config_.parallel.zero1) {
-    FB_ASSIGN_OR_RETURN(os, ShardedUpdate(a.step, steps.total_steps()));
-  } else if (tp_ != nullptr) {  // the norm over the group's shares (replicated ones once)
-    double squares = GradSquares(model_->grads(), 0);
-    FB_RETURN_IF_ERROR(tp_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
-    os = optimizer_->StepRange(model_->params(), model_->grads(), a.step, steps.total_steps(),
-                               std::sqrt(squares));
-  } else {
-    os = optimizer_->Step(model_->params(), model_->grads(), a.step, steps.total_steps());
-  }
+  FB_RETURN_IF_ERROR(groups_->dp()->AllReduce(losses.data(), static_cast<int64_t>(losses.size()),
+                                              comm::CommType::kF64, comm::ReduceOp::kSum));
+  FB_ASSIGN_OR_RETURN(const model::OptimizerStats os,
+                      optimizer_->Step(a.step, steps.total_steps()));
   backend_->Synchronize();
   rec.total_loss = losses.back();
   losses.pop_back();
@@ -197,77 +156,6 @@ Status Trainer::RunStep(const StepAssignment& a, StepSource& steps, BatchSource&
   rec.model_flops = flops_per_token_ * static_cast<double>(a.tokens * a.passes);
   rec.mfu = rec.model_flops / rec.step_seconds / (peak_gflops_ * 1e9 * comm_->size());
   return steps.Done(a, rec.pass_loss, rec.step_seconds);
-}
-
-// Note [ZeRO-1]: every rank holds all parameters but the AdamW moments of one shard only, the
-// dp-th part [dp_rank·S, (dp_rank + 1)·S) of the (padded) arena. After backward the gradients
-// are reduce-scattered (each rank gets the summed gradients of its shard), the global norm is
-// the all-reduced sum of the shards' squares, each rank updates its shard, and the parameters
-// are all-gathered. Sums combine ranks in the same order as the all-reduce without ZeRO-1.
-StatusOr<OptimizerStats> Trainer::ShardedUpdate(int64_t step, int64_t total_steps) {
-  const int64_t s = shard_floats_;
-  FB_RETURN_IF_ERROR(dp_device_->ReduceScatter(model_->grads().f32(), grad_shard_.f32(), s,
-                                               CommType::kF32, ReduceOp::kSum));
-  // Every rank of the world holds another part of the gradients (its TP share, its DP shard).
-  double squares = GradSquares(grad_shard_, shard_begin_);
-  FB_RETURN_IF_ERROR(comm_->AllReduce(&squares, 1, CommType::kF64, ReduceOp::kSum));
-  const ops::Tensor params =
-      ops::Tensor::F32(model_->params().f32() + shard_begin_, {s}, backend_->device());
-  const OptimizerStats os =
-      optimizer_->StepRange(params, grad_shard_, step, total_steps, std::sqrt(squares));
-  CopyTensor(*backend_, param_shard_, params);
-  FB_RETURN_IF_ERROR(
-      dp_device_->AllGather(param_shard_.f32(), model_->params().f32(), s, CommType::kF32));
-  return os;
-}
-
-// The TP and DP groups of docs/PARALLEL.md ("The layout"), cut from the world when tp > 1 (a
-// TP group is consecutive ranks). On CUDA, NCCL communicators over the same ranks carry the
-// backend's buffers; the MPI groups keep the host values (losses, counts, norms, the readout's
-// log-sum-exps).
-Status Trainer::ConnectGroups() {
-  if (layout_.tp > 1) {
-    FB_ASSIGN_OR_RETURN(tp_owned_, comm_->Split(layout_.dp_rank, layout_.tp_rank));
-    FB_ASSIGN_OR_RETURN(dp_owned_, comm_->Split(layout_.tp_rank, layout_.dp_rank));
-    tp_ = tp_owned_.get();
-    dp_ = dp_owned_.get();
-  }
-  tp_device_ = tp_;
-  dp_device_ = dp_;
-  if (backend_->device() != ops::Device::kCuda || comm_->size() == 1) return OkStatus();
-  if (layout_.tp > 1) {
-    FB_ASSIGN_OR_RETURN(tp_nccl_, CreateNcclCommunicator(*tp_, *backend_));
-    tp_device_ = tp_nccl_.get();
-  }
-  if (layout_.dp > 1) {
-    FB_ASSIGN_OR_RETURN(dp_nccl_, CreateNcclCommunicator(*dp_, *backend_));
-    dp_device_ = dp_nccl_.get();
-  }
-  return OkStatus();
-}
-
-Communicator::Traffic Trainer::traffic() const {
-  Communicator::Traffic sum = comm_->traffic();
-  for (const Communicator* c : {tp_owned_.get(), dp_owned_.get(), tp_nccl_.get(), dp_nccl_.get()}) {
-    if (c != nullptr) sum += c->traffic();
-  }
-  return sum;
-}
-
-// Under tensor parallelism a replicated parameter's gradient is the same on every rank of the
-// group, so only TP rank 0 counts it; alone, the whole range at once.
-double Trainer::GradSquares(ops::Tensor grads, int64_t begin) const {
-  if (tp_ == nullptr) return backend_->SumSquares(grads);
-  const int64_t end = begin + grads.numel();
-  double squares = 0;
-  for (const ParamSpec& spec : model_->table().specs()) {
-    if (!model_->table().Owns(spec)) continue;
-    const int64_t b = std::max(begin, spec.offset), e = std::min(end, spec.offset + spec.numel);
-    if (b >= e) continue;
-    squares += backend_->SumSquares(
-        ops::Tensor::F32(grads.f32() + (b - begin), {e - b}, backend_->device()));
-  }
-  return squares;
 }
 
 StatusOr<TrainSummary> Trainer::Run(StepSource& steps, BatchSource& batches,
@@ -334,8 +222,8 @@ checkpoint::TrainingState Trainer::State(int64_t steps_done, int64_t total_steps
   }
   s.tokenizer_hash = batches.tokenizer_hash();
   s.config_yaml = ConfigToYaml(config_);
-  s.tp = layout_.tp;
-  s.dp = layout_.dp;
+  s.tp = layout().tp;
+  s.dp = layout().dp;
   s.zero1 = config_.parallel.zero1;
   return s;
 }
@@ -349,10 +237,10 @@ StatusOr<checkpoint::TrainingState> Trainer::RestoreOnAllRanks(const std::string
   }
   // Every rank takes the same way on: the error of the lowest rank that failed, if any.
   int64_t key = mine.ok() ? 0 : comm_->size() - comm_->rank();  // the max is that rank's
-  FB_RETURN_IF_ERROR(comm_->AllReduce(&key, 1, CommType::kI64, ReduceOp::kMax));
+  FB_RETURN_IF_ERROR(comm_->AllReduce(&key, 1, comm::CommType::kI64, comm::ReduceOp::kMax));
   if (key == 0) return mine;
   const int failed = comm_->size() - static_cast<int>(key);
-  const StatusOr<std::string> error = BroadcastResult(
+  const StatusOr<std::string> error = comm::BroadcastResult(
       *comm_, failed,
       comm_->rank() == failed ? StatusOr<std::string>(mine.status()) : StatusOr<std::string>(""),
       comm_->timeout());
@@ -426,7 +314,7 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
 
 }  // namespace
 
-StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
+StatusOr<TrainSummary> TrainLocal(const Config& config, comm::Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step,
                                   const std::string& resume,
                                   const ops::BackendOptions& backend_options) {
@@ -436,7 +324,7 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
   FB_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                       Trainer::Create(config, backend.get(), comm, config.checkpoint.dir));
   const StepPlan& plan = trainer->plan();
-  const Layout& layout = trainer->layout();
+  const comm::Layout& layout = trainer->layout();
   int64_t first_step = 0;
   std::optional<dataloader::SamplerCursor> cursor;
   if (!resume.empty()) {
@@ -456,7 +344,7 @@ StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
   FB_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> data,
                       BatchSource::Open(config, layout.dp_rank, layout.dp, first_step,
                                         cursor ? &*cursor : nullptr));
-  const Model& m = trainer->model();
+  const model::Model& m = trainer->model();
   if (comm->rank() == 0) {
     FB_LOG(INFO) << "training " << ModelParameterCount(config.model) << " parameters on "
                  << backend->name() << " × " << comm->size() << " rank(s) (dp " << layout.dp

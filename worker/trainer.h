@@ -7,7 +7,7 @@
 // Every step is StepPlan's (common/step_plan.h): its pass count, its global batch (sequences
 // [s·B, (s + 1)·B) of the sampler's order, rank r of dp taking the contiguous slice of B/dp)
 // and its seed, which fixes the jitter and mixin draws of every row wherever it runs (Note
-// [Step draws] in worker/model.h). Losses are means over the global batch's targets.
+// [Step draws] in model/model.h). Losses are means over the global batch's targets.
 //
 // Threading: one thread per rank drives the trainer; all ranks of the communicator call Run
 // together.
@@ -20,17 +20,19 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
+#include "comm/process_groups.h"
 #include "common/config.h"
 #include "common/status.h"
 #include "common/step_plan.h"
+#include "model/distributed_optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 #include "ops/arena.h"
 #include "ops/backend.h"
 #include "worker/batch_source.h"
 #include "worker/checkpointer.h"
-#include "worker/communicator.h"
 #include "worker/data_parallel.h"
-#include "worker/model.h"
-#include "worker/optimizer.h"
 #include "worker/step_source.h"
 
 namespace fullband::worker {
@@ -65,32 +67,21 @@ struct TrainSummary {
   std::string stop_reason;              // the step source's: "" when the budget was spent
 };
 
-// The backend's sgemm rate at 2048³ in GFLOP/s (best of 3 after a warmup): the MFU peak.
-double MeasurePeakGflops(ops::Backend& backend);
-
 // The backend that runtime.device and runtime.threads ask for, with the rest of `options` (the
 // CPU kernels' instruction set, the CUDA plugin) as the process was told.
 StatusOr<std::unique_ptr<ops::Backend>> CreateRuntimeBackend(const RuntimeConfig& runtime,
                                                              ops::BackendOptions options = {});
 
-// The layout of the ranks of `world` for `config.parallel`: this rank's place in it.
-struct Layout {
-  int tp = 1, dp = 1;
-  int tp_rank = 0, dp_rank = 0;
-};
-// INVALID_ARGUMENT when the world size is not tp × dp.
-StatusOr<Layout> MakeLayout(const ParallelConfig& parallel, int world_size, int rank);
-
 class Trainer {
  public:
   // Builds the model and optimizer for `config` (validated) on `backend`, with `comm` the whole
   // group (size tp × dp; on CUDA the groups' device buffers go over NCCL communicators that
-  // Create makes over the same ranks: worker/nccl_communicator.h). Parameters are initialized
+  // Create makes over the same ranks: ops/nccl_communicator.h). Parameters are initialized
   // (runtime.init_seed) or loaded (runtime.init_from) identically on every rank. Checkpoints are
   // saved under `checkpoint_root` ("" = none) as config.checkpoint says. `backend` and `comm`
   // outlive the trainer.
   static StatusOr<std::unique_ptr<Trainer>> Create(const Config& config, ops::Backend* backend,
-                                                   Communicator* comm,
+                                                   comm::Communicator* comm,
                                                    const std::string& checkpoint_root = "");
 
   // Restores the checkpoint `path` (a step-<N> directory) on every rank, so that the next step
@@ -117,24 +108,18 @@ class Trainer {
   // Writes the parameters to runtime.save_to when set (rank 0 only).
   Status SaveIfAsked() const;
 
-  Model& model() { return *model_; }
-  AdamW& optimizer() { return *optimizer_; }
-  const Layout& layout() const { return layout_; }
+  model::Model& model() { return *model_; }
+  model::AdamW& optimizer() { return optimizer_->adamw(); }
+  const comm::Layout& layout() const { return groups_->layout(); }
   const StepPlan& plan() const { return *plan_; }
   // What this rank handed to the collectives of all its groups (world, TP and DP).
-  Communicator::Traffic traffic() const;
+  comm::Communicator::Traffic traffic() const { return groups_->traffic(); }
 
  private:
-  Trainer(const Config& config, ops::Backend* backend, Communicator* comm)
-      : config_(config), backend_(backend), comm_(comm), dp_(comm) {}
+  Trainer(const Config& config, ops::Backend* backend, comm::Communicator* comm)
+      : config_(config), backend_(backend), comm_(comm) {}
   // One step of this rank; fills everything of `rec` but the cumulative counts.
   Status RunStep(const StepAssignment& a, StepSource& steps, BatchSource& batches, StepRecord& rec);
-  // The optimizer step under ZeRO-1 (Note [ZeRO-1] in trainer.cc).
-  StatusOr<OptimizerStats> ShardedUpdate(int64_t step, int64_t total_steps);
-  // Makes the TP and DP groups, for host and device buffers.
-  Status ConnectGroups();
-  // Σ g² of `grads`, the arena's floats from `begin` on, as this rank's part of the global sum.
-  double GradSquares(ops::Tensor grads, int64_t begin) const;
   // The training state after steps [0, steps_done).
   checkpoint::TrainingState State(int64_t steps_done, int64_t total_steps,
                                   const BatchSource& batches) const;
@@ -143,30 +128,15 @@ class Trainer {
 
   Config config_;
   ops::Backend* backend_;
-  Communicator* comm_;  // the world
-  // The tensor-parallel group (null for tp = 1) and the data-parallel group (the world for
-  // tp = 1): split from the world when tp > 1.
-  Communicator* tp_ = nullptr;
-  Communicator* dp_ = nullptr;
-  std::unique_ptr<Communicator> tp_owned_, dp_owned_;
-  // The same groups for the backend's memory (gradients, parameters, activations): tp_ and dp_
-  // on the CPU, NCCL communicators over their ranks on CUDA.
-  Communicator* tp_device_ = nullptr;
-  Communicator* dp_device_ = nullptr;
-  std::unique_ptr<Communicator> tp_nccl_, dp_nccl_;
-  Layout layout_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<GradientReducer> reducer_;  // with dp > 1, without ZeRO-1
+  comm::Communicator* comm_;                      // the world
+  std::unique_ptr<comm::ParallelGroups> groups_;  // the TP and DP groups cut from it
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::DistributedOptimizer> optimizer_;
+  std::unique_ptr<GradientReducer> reducer_;  // with dp > 1, unless the optimizer reduces
   std::unique_ptr<Checkpointer> checkpointer_;
   std::optional<StepPlan> plan_;
   // The ledger of the steps before this run (those of the restored checkpoint).
   int64_t base_tokens_ = 0, base_token_equivalents_ = 0;
-  // ZeRO-1: this rank's shard of the arena, its summed gradients and a copy for the gather
-  // (the backend's memory).
-  int64_t shard_begin_ = 0, shard_floats_ = 0;
-  std::optional<ops::Arena> shard_arena_;
-  ops::Tensor grad_shard_, param_shard_;
   std::vector<int32_t> tokens_;
   double peak_gflops_ = 0;
   double flops_per_token_ = 0;
@@ -177,7 +147,7 @@ class Trainer {
 // `resume` set, from that checkpoint (a step-<N> directory, or a root whose newest complete
 // checkpoint is taken). Checkpoints go to config.checkpoint.dir (none when it is ""). The backend:
 // CreateRuntimeBackend(config.runtime, backend).
-StatusOr<TrainSummary> TrainLocal(const Config& config, Communicator* comm,
+StatusOr<TrainSummary> TrainLocal(const Config& config, comm::Communicator* comm,
                                   const std::function<void(const StepRecord&)>& on_step,
                                   const std::string& resume = "",
                                   const ops::BackendOptions& backend = {});

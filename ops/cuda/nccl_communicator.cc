@@ -1,5 +1,5 @@
-// NcclCommunicator: worker::Communicator over NCCL on the stream of one CUDA backend
-// (worker/nccl_communicator.h has the contract as callers see it). Each collective is enqueued
+// NcclCommunicator: comm::Communicator over NCCL on the stream of one CUDA backend
+// (ops/nccl_communicator.h has the contract as callers see it). Each collective is enqueued
 // on the backend's stream, so it runs after the ops issued before it and before those issued
 // after it; its Work handle polls a cudaEvent recorded right behind it.
 #include "ops/cuda/nccl_communicator.h"
@@ -22,11 +22,11 @@ namespace fullband::ops {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using comm::CommType;
+using comm::Communicator;
+using comm::ReduceOp;
+using comm::Work;
 using std::chrono::milliseconds;
-using worker::CommType;
-using worker::Communicator;
-using worker::ReduceOp;
-using worker::Work;
 
 static_assert(sizeof(ncclUniqueId) == FULLBAND_NCCL_UNIQUE_ID_BYTES,
               "FULLBAND_NCCL_UNIQUE_ID_BYTES (ops/cuda/plugin.h) differs from nccl.h");

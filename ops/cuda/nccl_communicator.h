@@ -1,7 +1,7 @@
-// The NCCL communicator inside the CUDA plugin: worker::Communicator (worker/communicator.h)
+// The NCCL communicator inside the CUDA plugin: comm::Communicator (comm/communicator.h)
 // over NCCL, on the GPU and stream of a CUDA backend. The CPU side reaches it only through the
-// plugin's C entry points (ops/cuda/plugin.h), via worker::CreateNcclCommunicator
-// (worker/nccl_communicator.h, which documents the contract). A plain C++ header: no CUDA or
+// plugin's C entry points (ops/cuda/plugin.h), via ops::CreateNcclCommunicator
+// (ops/nccl_communicator.h, which documents the contract). A plain C++ header: no CUDA or
 // NCCL includes.
 #pragma once
 
@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "comm/communicator.h"
 #include "common/status.h"
 #include "ops/backend.h"
-#include "worker/communicator.h"
 
 namespace fullband::ops {
 
@@ -24,9 +24,8 @@ StatusOr<std::string> NewNcclGroupId();
 // must outlive the communicator and its Work handles. Errors: INVALID_ARGUMENT for a backend
 // that is not a CUDA backend, a malformed id or rank; DEADLINE_EXCEEDED when the group did not
 // form in time; UNAVAILABLE / INTERNAL for NCCL's and CUDA's errors.
-StatusOr<std::unique_ptr<worker::Communicator>> JoinNcclGroup(Backend& backend,
-                                                              const std::string& id, int rank,
-                                                              int size,
-                                                              std::chrono::milliseconds timeout);
+StatusOr<std::unique_ptr<comm::Communicator>> JoinNcclGroup(Backend& backend, const std::string& id,
+                                                            int rank, int size,
+                                                            std::chrono::milliseconds timeout);
 
 }  // namespace fullband::ops

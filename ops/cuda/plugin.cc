@@ -58,7 +58,7 @@ __attribute__((visibility("default"))) int fullband_cuda_nccl_unique_id(char* id
   return 0;
 }
 
-__attribute__((visibility("default"))) fullband::worker::Communicator*
+__attribute__((visibility("default"))) fullband::comm::Communicator*
 fullband_cuda_create_nccl_communicator(fullband::ops::Backend* backend, const char* id,
                                        size_t id_len, int rank, int size, int64_t timeout_ms,
                                        int* status_code, char* message, size_t message_len) {

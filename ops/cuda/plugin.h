@@ -1,15 +1,15 @@
 // The interface between the CPU side and the CUDA plugin (ops/cuda/plugin.cc): symbol names and
 // signatures, versioned by FULLBAND_CUDA_PLUGIN_ABI so that a stale plugin is refused. The
-// plugin's objects cross it as C++ classes (ops::Backend, worker::Communicator) built from the
+// plugin's objects cross it as C++ classes (ops::Backend, comm::Communicator) built from the
 // same tree, so their headers are part of the ABI too: a plugin from another build is refused.
-// ops/backend.cc loads the plugin; worker/nccl_communicator.cc looks up the NCCL entry points
+// ops/backend.cc loads the plugin; ops/nccl_communicator.cc looks up the NCCL entry points
 // through ops::CudaPluginSymbol.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#define FULLBAND_CUDA_PLUGIN_ABI 2
+#define FULLBAND_CUDA_PLUGIN_ABI 3
 #define FULLBAND_CUDA_PLUGIN_FILE "libfullband_cuda.so"
 // The size of an NCCL unique id (NCCL_UNIQUE_ID_BYTES in nccl.h, checked by the plugin).
 #define FULLBAND_NCCL_UNIQUE_ID_BYTES 128
@@ -17,7 +17,7 @@
 namespace fullband::ops {
 class Backend;
 }
-namespace fullband::worker {
+namespace fullband::comm {
 class Communicator;
 }
 
@@ -40,7 +40,7 @@ using FullbandCudaNcclUniqueIdFn = int (*)(char* id, size_t id_len, char* messag
 // waiting at most `timeout_ms` for the other ranks. Returns the communicator (ownership to the
 // caller; `backend` must outlive it), or nullptr with *status_code and `message` as above.
 using FullbandCudaCreateNcclCommunicatorFn =
-    fullband::worker::Communicator* (*)(fullband::ops::Backend* backend, const char* id,
-                                        size_t id_len, int rank, int size, int64_t timeout_ms,
-                                        int* status_code, char* message, size_t message_len);
+    fullband::comm::Communicator* (*)(fullband::ops::Backend* backend, const char* id,
+                                      size_t id_len, int rank, int size, int64_t timeout_ms,
+                                      int* status_code, char* message, size_t message_len);
 }

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "checkpoint/sharded.h"
+#include "comm/in_process_communicator.h"
 #include "dataloader/token_store.h"
 #include "tests/common/test_configs.h"
 #include "tests/dataloader/raw_store.h"
-#include "worker/in_process_communicator.h"
 #include "worker/trainer.h"
 
 namespace fullband::worker {
@@ -88,7 +88,8 @@ class CheckpointResumeTest : public ::testing::Test {
   // `stop_after` steps of this run (-1: to the end) as if the budget were spent there.
   Run Train(const Config& config, const std::string& resume, int64_t stop_after = -1) {
     const int world = static_cast<int>(config.parallel.tp * config.parallel.dp);
-    std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(world);
+    std::vector<std::unique_ptr<comm::Communicator>> group =
+        comm::InProcessCommunicator::CreateGroup(world);
     std::vector<Run> runs(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {
@@ -144,7 +145,8 @@ class CheckpointResumeTest : public ::testing::Test {
 
   // A one-rank trainer of the fixture's model with checkpoint `path` restored.
   struct OneRank {
-    std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(1);
+    std::vector<std::unique_ptr<comm::Communicator>> group =
+        comm::InProcessCommunicator::CreateGroup(1);
     std::unique_ptr<ops::Backend> backend;
     std::unique_ptr<Trainer> trainer;
   };
@@ -182,8 +184,8 @@ class CheckpointResumeTest : public ::testing::Test {
     int64_t total_, left_;
   };
 
-  StatusOr<TrainSummary> TrainUntil(const Config& c, Communicator* comm, const std::string& resume,
-                                    int64_t stop_after, Run* out) {
+  StatusOr<TrainSummary> TrainUntil(const Config& c, comm::Communicator* comm,
+                                    const std::string& resume, int64_t stop_after, Run* out) {
     if (stop_after < 0) {
       return TrainLocal(
           c, comm,
@@ -278,7 +280,7 @@ TEST_F(CheckpointResumeTest, Reshard_DP2Zero1ToOneRankAndBack) {
   // held in memory when it saved them.
   const std::unique_ptr<OneRank> loaded = RestoredAtOneRank(z + "/step-4");
   Trainer* t = loaded->trainer.get();
-  for (const ParamSpec& spec : t->model().table().specs()) {
+  for (const model::ParamSpec& spec : t->model().table().specs()) {
     const auto held = [&](const std::vector<float>& arena) {
       return std::vector<float>(arena.begin() + spec.offset,
                                 arena.begin() + spec.offset + spec.numel);
@@ -307,12 +309,12 @@ TEST_F(CheckpointResumeTest, Reshard_TensorParallelToOtherLayouts) {
   ExpectRestLikeAlone(alone, MakeConfig(1, false, dir_ + "/r5", /*tp=*/2), z + "/step-4");
   // Loaded at one rank, every tensor is bit for bit the boxes the TP ranks held in memory.
   const std::unique_ptr<OneRank> loaded = RestoredAtOneRank(tp + "/step-4");
-  const Model& model = loaded->trainer->model();
+  const model::Model& model = loaded->trainer->model();
   for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
-    const ParameterTable share = ParameterTable::Build(model.config(), 2, tp_rank);
-    for (const ParamSpec& s : share.specs()) {
+    const model::ParameterTable share = model::ParameterTable::Build(model.config(), 2, tp_rank);
+    for (const model::ParamSpec& s : share.specs()) {
       const float* whole = model.params().f32() + model.table().Find(s.name)->offset;
-      const MatrixBox b = AsMatrix(s);
+      const model::MatrixBox b = model::AsMatrix(s);
       for (int64_t i = 0; i < b.box_rows; ++i) {
         const float* row = whole + b.WholeIndex(i);
         const float* held = saved.rank_params[tp_rank].data() + s.offset + i * b.box_cols;
@@ -338,7 +340,8 @@ TEST_F(CheckpointResumeTest, CorruptNewest_FallsBackToThePreviousOne) {
   }
   Config again = c;
   again.checkpoint.dir = dir_ + "/ck2";
-  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(2);
+  std::vector<std::unique_ptr<comm::Communicator>> group =
+      comm::InProcessCommunicator::CreateGroup(2);
   std::vector<StatusOr<Trainer::Restored>> got(2, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {

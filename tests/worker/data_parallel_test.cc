@@ -12,11 +12,11 @@
 #include <fstream>
 #include <thread>
 
+#include "comm/in_process_communicator.h"
 #include "common/random.h"
 #include "common/step_plan.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/test_configs.h"
-#include "worker/in_process_communicator.h"
 #include "worker/trainer.h"
 
 namespace fullband::worker {
@@ -67,11 +67,12 @@ struct RankRun {
 std::vector<RankRun> TrainLayout(Config config, int dp, int tp = 1) {
   config.parallel.dp = dp;
   config.parallel.tp = tp;
-  std::vector<std::unique_ptr<Communicator>> group = InProcessCommunicator::CreateGroup(tp * dp);
+  std::vector<std::unique_ptr<comm::Communicator>> group =
+      comm::InProcessCommunicator::CreateGroup(tp * dp);
   std::vector<RankRun> out(tp * dp);
   const auto rank_main = [&](int rank) {
     RankRun& o = out[rank];
-    Communicator* comm = group[rank].get();
+    comm::Communicator* comm = group[rank].get();
     const auto fail = [&](const Status& s) { o.error = s.ToString(); };
     ops::BackendOptions bo;
     bo.num_threads = 1;
@@ -83,9 +84,9 @@ std::vector<RankRun> TrainLayout(Config config, int dp, int tp = 1) {
         BatchSource::Open(config, (*t)->layout().dp_rank, dp, 0);
     if (!data.ok()) return fail(data.status());
     LocalStepSource steps(*StepPlan::Create(config), 0);
-    Communicator::Traffic before = (*t)->traffic();
+    comm::Communicator::Traffic before = (*t)->traffic();
     StatusOr<TrainSummary> s = (*t)->Run(steps, **data, [&](const StepRecord& r) {
-      const Communicator::Traffic now = (*t)->traffic();
+      const comm::Communicator::Traffic now = (*t)->traffic();
       o.losses.push_back(r.pass_loss);
       o.all_reduce_bytes.push_back(now.all_reduce - before.all_reduce);
       o.reduce_scatter_bytes.push_back(now.reduce_scatter - before.reduce_scatter);
@@ -103,10 +104,10 @@ std::vector<RankRun> TrainLayout(Config config, int dp, int tp = 1) {
 }
 
 // ‖a − b‖ / ‖b‖ over each parameter tensor: the worst.
-double WorstRelativeDiff(const ParameterTable& table, const std::vector<float>& a,
+double WorstRelativeDiff(const model::ParameterTable& table, const std::vector<float>& a,
                          const std::vector<float>& b) {
   double worst = 0;
-  for (const ParamSpec& s : table.specs()) {
+  for (const model::ParamSpec& s : table.specs()) {
     double diff = 0, norm = 0;
     for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
       diff += (a[i] - b[i]) * static_cast<double>(a[i] - b[i]);
@@ -121,19 +122,19 @@ double WorstRelativeDiff(const ParameterTable& table, const std::vector<float>& 
 // [first, first + tp) of a layout: each rank's box of every tensor put in its place.
 std::vector<float> Assemble(const ModelConfig& m, const std::vector<RankRun>& runs, int first,
                             int tp) {
-  const ParameterTable whole = ParameterTable::Build(m);
+  const model::ParameterTable whole = model::ParameterTable::Build(m);
   std::vector<float> out(whole.total_numel(), 0.0f);
   for (int r = 0; r < tp; ++r) {
-    const ParameterTable share = ParameterTable::Build(m, tp, r);
-    for (const ParamSpec& s : share.specs()) {
-      const ParamSpec& g = *whole.Find(s.name);
+    const model::ParameterTable share = model::ParameterTable::Build(m, tp, r);
+    for (const model::ParamSpec& s : share.specs()) {
+      const model::ParamSpec& g = *whole.Find(s.name);
       if (s.split == TpSplit::kReplicated && r > 0) {  // the same on every rank of the group
         EXPECT_TRUE(std::equal(out.begin() + g.offset, out.begin() + g.offset + g.numel,
                                runs[first + r].params.begin() + s.offset))
             << s.name << " differs between TP ranks " << first << " and " << first + r;
         continue;
       }
-      const MatrixBox b = AsMatrix(s);
+      const model::MatrixBox b = model::AsMatrix(s);
       for (int64_t i = 0; i < b.box_rows; ++i) {
         std::copy_n(runs[first + r].params.begin() + s.offset + i * b.box_cols, b.box_cols,
                     out.begin() + g.offset + b.WholeIndex(i));
@@ -151,7 +152,7 @@ void ExpectSameTraining(const Config& c, int dp, int tp = 1) {
   ASSERT_EQ(one[0].error, "");
   for (const RankRun& r : many) ASSERT_EQ(r.error, "");
   ASSERT_EQ(one[0].losses.size(), 5u);
-  const ParameterTable table = ParameterTable::Build(c.model);
+  const model::ParameterTable table = model::ParameterTable::Build(c.model);
   for (int rank = 0; rank < tp * dp; ++rank) {
     const RankRun& r = many[rank];
     ASSERT_EQ(r.losses.size(), one[0].losses.size());
@@ -244,7 +245,7 @@ TEST(DataParallel, BytesPerStep_AreTheAnalyticCount) {
   // 8 of the target count and 8 · (K + 1) of losses.
   for (int64_t k : {1, 3}) {
     const Config c = TinyConfig(k, Recompute::kNone);
-    const int64_t numel = ParameterTable::Build(c.model).total_numel();
+    const int64_t numel = model::ParameterTable::Build(c.model).total_numel();
     for (const RankRun& r : TrainLayout(c, 2)) {
       ASSERT_EQ(r.error, "");
       for (int64_t bytes : r.all_reduce_bytes) EXPECT_EQ(bytes, 4 * numel + 8 + 8 * (k + 1));
@@ -285,7 +286,7 @@ TEST(DataParallel, BytesPerStepUnderZero1_AreTheAnalyticCount) {
   // the target count, the squared norm and the losses.
   const int64_t k = 2;
   const Config c = TinyConfig(k, Recompute::kNone, /*zero1=*/true);
-  const int64_t numel = ParameterTable::Build(c.model).total_numel();
+  const int64_t numel = model::ParameterTable::Build(c.model).total_numel();
   const int64_t padded = (numel + 63) / 64 * 64;  // 16 · 4 ranks
   for (const RankRun& r : TrainLayout(c, 4)) {
     ASSERT_EQ(r.error, "");
@@ -299,11 +300,12 @@ TEST(DataParallel, BytesPerStepUnderZero1_AreTheAnalyticCount) {
 
 TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
   const Config c = TinyConfig(1, Recompute::kNone);
-  const ParameterTable table = ParameterTable::Build(c.model);
-  std::vector<std::unique_ptr<Communicator>> one = InProcessCommunicator::CreateGroup(1);
+  const model::ParameterTable table = model::ParameterTable::Build(c.model);
+  std::vector<std::unique_ptr<comm::Communicator>> one =
+      comm::InProcessCommunicator::CreateGroup(1);
   std::vector<float> grads(table.total_numel(), 1.0f);
   // Buckets of one layer's size: the two layers and the final norm start before Finish.
-  const ParamSpec* w2 = table.Find("layers.0.ffn.w2.weight");
+  const model::ParamSpec* w2 = table.Find("layers.0.ffn.w2.weight");
   const int64_t layer_floats =
       w2->offset + w2->numel - table.Find("layers.0.attn_norm.weight")->offset;
   GradientReducer reducer(table, grads.data(), one[0].get(), 4 * layer_floats);
@@ -312,8 +314,8 @@ TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
   reducer.BeginStep();
   for (int l : {1, 0}) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    const ParamSpec* a = table.Find(p + "attn_norm.weight");
-    const ParamSpec* b = table.Find(p + "ffn.w2.weight");
+    const model::ParamSpec* a = table.Find(p + "attn_norm.weight");
+    const model::ParamSpec* b = table.Find(p + "ffn.w2.weight");
     reducer.MarkFinal(a->offset, b->offset + b->numel);
   }
   EXPECT_GE(reducer.started_early(), 1);
@@ -331,7 +333,7 @@ TEST(GradientReducer, Buckets_TileTheArenaAndStartAsLayersFinish) {
 TEST(Layout, WorldThatIsNotTpTimesDp_IsRefusedByName) {
   ParallelConfig p;
   p.dp = 2;
-  const Status s = MakeLayout(p, 3, 0).status();
+  const Status s = comm::MakeLayout(p, 3, 0).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("tp × dp"), std::string::npos) << s.ToString();
   Config c = TinyConfig(1, Recompute::kNone);

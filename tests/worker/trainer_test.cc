@@ -1,4 +1,4 @@
-// The optimizer's schedule and the token file, then the whole single-process trainer on real
+// The token file, then the whole single-process trainer on real
 // text (the GPL and friends in /usr/share/common-licenses, bytes as token ids): the loss of
 // every pass count must fall.
 #include "worker/trainer.h"
@@ -14,28 +14,13 @@
 #include <numeric>
 #include <set>
 
+#include "comm/in_process_communicator.h"
 #include "dataloader/token_store.h"
 #include "tests/common/temp_dir.h"
-#include "worker/in_process_communicator.h"
-#include "worker/optimizer.h"
 #include "worker/token_file.h"
 
 namespace fullband::worker {
 namespace {
-
-TEST(LearningRate, WarmupStableDecay) {
-  OptimConfig o;
-  o.lr = 1.0;
-  o.warmup_steps = 10;
-  o.cooldown_fraction = 0.25;
-  EXPECT_DOUBLE_EQ(LearningRate(o, 0, 100), 0.1);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 9, 100), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 50, 100), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 74, 100), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 75, 100), 1.0);  // (100 - 75) / 25
-  EXPECT_DOUBLE_EQ(LearningRate(o, 90, 100), 0.4);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 99, 100), 0.04);
-}
 
 std::string WriteTokens(const std::vector<uint32_t>& ids, const std::string& name) {
   const std::string path = fullband::testing::ProcessTempDir() + "/" + name;
@@ -102,7 +87,8 @@ std::string LicenseTokens(const std::string& name) {
 
 // `fullband train` alone: one rank.
 StatusOr<TrainSummary> Train(const Config& c, const std::function<void(const StepRecord&)>& f) {
-  std::vector<std::unique_ptr<Communicator>> one = InProcessCommunicator::CreateGroup(1);
+  std::vector<std::unique_ptr<comm::Communicator>> one =
+      comm::InProcessCommunicator::CreateGroup(1);
   return TrainLocal(c, one[0].get(), f);
 }
 
