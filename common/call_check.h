@@ -1,16 +1,17 @@
-// One checker for the return codes of foreign libraries (CUDA runtime, cuBLAS, NCCL, MPI).
+// One checker for the return codes of foreign libraries (CUDA runtime, cuBLAS, NCCL).
 //
 // Each library adapter specializes, in its own header,
 //   template <> struct fullband::CallTraits<CodeType> {
 //     static bool Succeeded(CodeType code);
 //     static std::string ErrorString(CodeType code);
 //   };
-// (ops/cuda/cuda_call.h, worker/mpi_call.h, ...). Then
+// (ops/cuda/cuda_call.h). Then
 //   FB_CALL(cudaMemcpy(...))         returns a Status: INTERNAL naming the call, file:line and
 //                                    the library's error string;
 //   FB_CALL_CHECK(cublasSgemm(...))  aborts the same way (for calls that only fail on a
 //                                    programmer error).
-// MPI returns a plain int; its adapter wraps calls as `MpiCode{MPI_...(...)}`.
+// MPI's return codes are plain ints, which a specialization cannot tell apart from any other
+// int: comm/mpi_communicator.cc turns them into a Status itself (MpiError).
 #pragma once
 
 #include <string>
