@@ -4,11 +4,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <iomanip>
-#include <sstream>
 
 #include "common/logging.h"
+#include "coordinator/coordinator_job.h"
 
 namespace fullband::coordinator {
 
@@ -16,33 +14,6 @@ namespace fullband::coordinator {
 // writes in the group-commit queue. A response reveals that state (a step counted, a lease
 // granted), so the adapter acknowledges only after everything appended so far is durable; a
 // crash then loses only writes that no one was told about.
-
-// A job: its stored record (JobRecord, coordinator/job_store.h) and what lives in memory only.
-struct Coordinator::Job : JobRecord {
-  std::string id;
-  JobSpec spec;
-  double created_unix = 0;
-  StepPlan plan;
-  std::string worker_token;            // in memory only: for the launch of the current attempt
-  double revoke_token_at = 0;          // a finished job's token is revoked then (0: not finished)
-  std::map<int64_t, int64_t> counted;  // counted steps >= committed_step -> passes
-  // Not stored: deadlines restart from the coordinator's start.
-  double last_heartbeat = 0;
-  double launched_at = 0;    // the launch deadline counts from here
-  double pending_since = 0;  // when the launcher first said the attempt waits in a queue
-  bool queued = false;       // the launcher's last word: it waits in a queue
-  uint64_t version = 0;
-  std::deque<std::pair<double, int64_t>> recent;  // (time, tokens) of recent reports
-};
-
-struct Coordinator::Action {
-  enum class Kind { kLaunch, kKill } kind = Kind::kKill;
-  std::string job_id;
-  int64_t attempt = 0;
-  Launcher* launcher = nullptr;
-  std::string handle;  // kKill
-  LaunchSpec spec;     // kLaunch
-};
 
 namespace {
 
@@ -582,201 +553,9 @@ Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnatio
   return OkStatus();
 }
 
-void Coordinator::Defer(std::vector<Action> actions) {
-  deferred_.insert(deferred_.end(), std::make_move_iterator(actions.begin()),
-                   std::make_move_iterator(actions.end()));
-}
-
 void Coordinator::set_advertise_address(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.advertise_address = address;
-}
-
-void Coordinator::Tick() {
-  struct PollItem {
-    std::string job_id;
-    int64_t attempt;
-    Launcher* launcher;
-    std::string handle;
-  };
-  std::vector<Action> actions;
-  std::vector<PollItem> polls;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    actions.swap(deferred_);  // kills decided by RPCs since the last tick come first
-    const double now = clock_->NowSeconds();
-    for (auto& [id, job_ptr] : jobs_) {
-      Job& job = *job_ptr;
-      if (job.revoke_token_at > 0 && now >= job.revoke_token_at) {  // Note [Token after the end]
-        if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
-        job.worker_token.clear();
-        job.worker_token_digest.clear();
-        job.revoke_token_at = 0;
-        Persist(job, now);
-      }
-      // Deadlines first, so that a failed group is relaunched in this same tick when its
-      // back-off is zero: detection and relaunch take at most timeout + one tick.
-      if (job.state == JobState::kLaunching && !job.queued &&
-          now - job.launched_at > options_.launch_timeout_seconds) {
-        auto more = Fail(job,
-                         "worker group did not register within " +
-                             std::to_string(options_.launch_timeout_seconds) + " s",
-                         now);
-        actions.insert(actions.end(), more.begin(), more.end());
-      } else if (job.state == JobState::kRunning &&
-                 now - job.last_heartbeat > options_.heartbeat_timeout_seconds) {
-        auto more =
-            Fail(job,
-                 "no heartbeat for " + std::to_string(now - job.last_heartbeat) + " s (timeout " +
-                     std::to_string(options_.heartbeat_timeout_seconds) + " s)",
-                 now);
-        actions.insert(actions.end(), more.begin(), more.end());
-      } else if ((job.state == JobState::kLaunching || job.state == JobState::kRunning) &&
-                 !job.launch_handle.empty()) {
-        polls.push_back(
-            {job.id, job.attempt, launchers_.at(job.spec.config.launcher.kind), job.launch_handle});
-      }
-      bool launch = false;
-      if (job.state == JobState::kPending) {
-        launch = true;
-      } else if (job.state == JobState::kRestarting && now >= job.restart_at_unix) {
-        job.attempt += 1;
-        launch = true;
-      }
-      if (launch) {
-        const Config& c = job.spec.config;
-        Action a;
-        a.kind = Action::Kind::kLaunch;
-        a.job_id = job.id;
-        a.attempt = job.attempt;
-        a.launcher = launchers_.at(c.launcher.kind);
-        a.spec.job_id = job.id;
-        a.spec.attempt = job.attempt;
-        a.spec.processes =
-            c.launcher.processes > 0 ? c.launcher.processes : c.parallel.tp * c.parallel.dp;
-        a.spec.command = c.launcher.command;
-        a.spec.command.insert(a.spec.command.end(), c.launcher.extra_args.begin(),
-                              c.launcher.extra_args.end());
-        a.spec.env[kJobIdEnv] = job.id;
-        a.spec.env[kAttemptEnv] = std::to_string(job.attempt);
-        if (!options_.advertise_address.empty()) {
-          a.spec.env[kCoordinatorEnv] = options_.advertise_address;
-        }
-        if (!options_.worker_tls_ca.empty()) a.spec.env[kTlsCaEnv] = options_.worker_tls_ca;
-        if (options_.mint_worker_token) {
-          if (!job.worker_token_digest.empty() && options_.revoke_worker_tokens) {
-            options_.revoke_worker_tokens(job.id);  // the previous attempt's
-          }
-          CoordinatorOptions::MintedToken minted = options_.mint_worker_token(job.id);
-          job.worker_token = std::move(minted.token);
-          job.worker_token_digest = std::move(minted.digest);
-          if (!job.worker_token.empty()) a.spec.env[kWorkerTokenEnv] = job.worker_token;
-        }
-        a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside
-        std::error_code ec;  // the workers' checkpoint root when checkpoint.dir is ""
-        a.spec.env[kJobDirEnv] =
-            std::filesystem::absolute(a.spec.log_dir, ec).lexically_normal().string();
-        a.spec.slurm = c.launcher.slurm;
-        job.state = JobState::kLaunching;
-        job.launched_at = now;
-        job.pending_since = 0;
-        job.queued = false;
-        if (job.wall_start_unix == 0) job.wall_start_unix = now;
-        Persist(job, now);
-        actions.push_back(std::move(a));
-      }
-    }
-  }
-  Run(std::move(actions));
-
-  // Worker groups that exited or vanished have failed (unless the job is done); queued ones wait.
-  std::vector<std::pair<PollItem, LaunchState>> seen;
-  for (const PollItem& p : polls) {
-    StatusOr<LaunchState> s = p.launcher->Poll(p.handle);
-    if (!s.ok()) continue;  // e.g. a handle of a previous coordinator process: heartbeats decide
-    seen.emplace_back(p, *s);
-  }
-  actions.clear();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const double now = clock_->NowSeconds();
-    for (const auto& [p, s] : seen) {
-      auto it = jobs_.find(p.job_id);
-      if (it == jobs_.end()) continue;
-      Job& job = *it->second;
-      if (job.attempt != p.attempt || job.launch_handle != p.handle) continue;
-      if (job.state != JobState::kLaunching && job.state != JobState::kRunning) continue;
-      std::vector<Action> more;
-      if (s.phase == LaunchState::Phase::kRunning) {
-        if (job.queued) job.launched_at = now;  // out of the queue: the launch deadline starts
-        job.queued = false;
-      } else if (s.phase == LaunchState::Phase::kPending) {
-        more = Pending(job, s, now);
-      } else {
-        std::string why = "worker group ended";
-        if (s.phase == LaunchState::Phase::kExited) {
-          why += " with exit code " + std::to_string(s.exit_code);
-        }
-        if (!s.detail.empty()) why += " (" + s.detail + ")";
-        job.launch_handle.clear();  // nothing left to kill
-        more = Fail(job, why, now);
-      }
-      actions.insert(actions.end(), more.begin(), more.end());
-    }
-  }
-  Run(std::move(actions));
-}
-
-// Note [Pending attempts]: a scheduler (Slurm) may queue an attempt for long before any
-// process starts. The launch deadline (launch_timeout_seconds) is for a started group to
-// register, so it counts from when the attempt is seen to leave the queue; the queue has its own
-// limit, launcher.slurm.pending_timeout_seconds (0: none).
-std::vector<Coordinator::Action> Coordinator::Pending(Job& job, const LaunchState& state,
-                                                      double now) {
-  if (!job.queued) job.pending_since = now;
-  job.queued = true;
-  const double limit = job.spec.config.launcher.slurm.pending_timeout_seconds;
-  if (limit <= 0 || now - job.pending_since <= limit) return {};
-  std::ostringstream why;
-  why << std::fixed << std::setprecision(1) << "still queued after " << now - job.pending_since
-      << " s (launcher.slurm.pending_timeout_seconds = " << limit << "): " << state.detail;
-  return Fail(job, why.str(), now);
-}
-
-void Coordinator::Run(std::vector<Action> actions) {
-  for (Action& a : actions) {
-    if (a.kind == Action::Kind::kKill) {
-      Status s = a.launcher->Kill(a.handle);
-      if (!s.ok()) FB_LOG(WARNING) << "job " << a.job_id << ": kill failed: " << s.ToString();
-      continue;
-    }
-    StatusOr<std::string> handle = a.launcher->Launch(a.spec);
-    std::vector<Action> more;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(a.job_id);
-      if (it == jobs_.end()) continue;
-      Job& job = *it->second;
-      const double now = clock_->NowSeconds();
-      const bool current = job.attempt == a.attempt &&
-                           (job.state == JobState::kLaunching || job.state == JobState::kRunning);
-      if (!handle.ok()) {
-        if (current) more = Fail(job, "launch failed: " + handle.status().message(), now);
-      } else if (!current) {
-        Action kill;
-        kill.launcher = a.launcher;
-        kill.job_id = a.job_id;
-        kill.handle = *handle;
-        more.push_back(std::move(kill));
-      } else {
-        job.launch_handle = *handle;
-        Persist(job, now);
-        FB_LOG(INFO) << "job " << job.id << ": launched attempt " << a.attempt << " ("
-                     << a.launcher->name() << " " << *handle << ")";
-      }
-    }
-    Run(std::move(more));
-  }
 }
 
 }  // namespace fullband::coordinator

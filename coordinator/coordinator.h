@@ -138,8 +138,10 @@ class Coordinator {
   Store* store() const { return store_; }
 
  private:
+  // coordinator/coordinator_job.h
   struct Job;
   struct Action;  // a launcher call to make outside the mutex
+  struct Poll;    // a worker group to ask its launcher about, outside the mutex
 
   Coordinator(CoordinatorOptions options, const Clock* clock,
               std::map<LauncherKind, Launcher*> launchers, Store* store);
@@ -161,10 +163,26 @@ class Coordinator {
   // Rolls back, then RESTARTING or FAILED; returns the kill to make (if any).
   std::vector<Action> Fail(Job& job, const std::string& reason, double now);
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
-  // An attempt its launcher says is queued: Note [Pending attempts] (mu_ held).
+
+  // ---- The launch loop (launch_loop.cc), mu_ held unless said otherwise.
+
+  // One job's turn in Tick: revokes a finished job's token when due, fails it past a deadline
+  // (else adds its group to `polls`), launches it when PENDING or its back-off is over.
+  std::vector<Action> Advance(Job& job, double now, std::vector<Poll>& polls);
+  std::vector<Action> CheckDeadlines(Job& job, double now, std::vector<Poll>& polls);
+  // The job becomes LAUNCHING; returns the launch to make.
+  Action Launch(Job& job, double now);
+  // What the launcher starts for the job's current attempt; mints its worker token.
+  LaunchSpec LaunchSpecFor(Job& job);
+  // What the launchers said of the polled groups (takes mu_); a group polled in an earlier
+  // attempt, or since finished, is ignored.
+  std::vector<Action> Observe(const std::vector<std::pair<Poll, LaunchState>>& seen);
+  std::vector<Action> Observe(Job& job, const LaunchState& state, double now);
+  // An attempt its launcher says is queued: Note [Pending attempts].
   std::vector<Action> Pending(Job& job, const LaunchState& state, double now);
+  // Makes the launcher calls (mu_ not held; takes it to record their results).
   void Run(std::vector<Action> actions);
-  // Queues launcher calls for the next Tick (mu_ held).
+  // Queues launcher calls for the next Tick.
   void Defer(std::vector<Action> actions);
 
   CoordinatorOptions options_;  // advertise_address is guarded by mu_
