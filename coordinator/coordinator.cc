@@ -25,6 +25,31 @@ Status Stale(const std::string& job_id, uint64_t incarnation) {
                                           " is not the registered worker group");
 }
 
+// A report's passes, tokens and losses against the step's assignment: INVALID_ARGUMENT naming
+// the field that differs.
+Status CheckReportOfLease(const StepReport& r, const StepAssignment& a) {
+  if (r.passes != a.passes) {
+    return InvalidArgumentError("passes: " + std::to_string(r.passes) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.passes));
+  }
+  if (r.tokens != a.tokens) {
+    return InvalidArgumentError("tokens: " + std::to_string(r.tokens) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.tokens));
+  }
+  if (static_cast<int64_t>(r.losses.size()) != r.passes) {
+    return InvalidArgumentError("losses: " + std::to_string(r.losses.size()) + " values for " +
+                                std::to_string(r.passes) + " passes");
+  }
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    if (!std::isfinite(r.losses[i])) {
+      return InvalidArgumentError("losses[" + std::to_string(i) + "]: not finite");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string JobStateName(JobState state) {
@@ -415,25 +440,7 @@ StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
                                    " was never leased");
   }
   const StepAssignment a = job->plan.Assign(r.step);
-  if (r.passes != a.passes) {
-    return InvalidArgumentError("passes: " + std::to_string(r.passes) + " but step " +
-                                std::to_string(r.step) + " was leased with " +
-                                std::to_string(a.passes));
-  }
-  if (r.tokens != a.tokens) {
-    return InvalidArgumentError("tokens: " + std::to_string(r.tokens) + " but step " +
-                                std::to_string(r.step) + " was leased with " +
-                                std::to_string(a.tokens));
-  }
-  if (static_cast<int64_t>(r.losses.size()) != r.passes) {
-    return InvalidArgumentError("losses: " + std::to_string(r.losses.size()) + " values for " +
-                                std::to_string(r.passes) + " passes");
-  }
-  for (size_t i = 0; i < r.losses.size(); ++i) {
-    if (!std::isfinite(r.losses[i])) {
-      return InvalidArgumentError("losses[" + std::to_string(i) + "]: not finite");
-    }
-  }
+  FB_RETURN_IF_ERROR(CheckReportOfLease(r, a));
   if (r.step < job->committed_step || job->counted.count(r.step)) {
     result.duplicate = true;
     result.job_completed = job->state == JobState::kCompleted;
