@@ -125,16 +125,16 @@ StatusOr<Principal> ReadTokenEntry(const YAML::Node& item, const std::string& at
   if (!std::all_of(token->begin(), token->end(), IsTokenChar)) {
     return InvalidArgumentError(at + ".token has a character outside [A-Za-z0-9._~+/=-]");
   }
-  Principal principal;
-  if (role == "admin") {
-    principal.role = Role::kAdmin;
-  } else if (role == "user") {
-    principal.role = Role::kUser;
-  } else if (role == "worker") {
-    return InvalidArgumentError(at + ".role: worker tokens are minted per job, not listed here");
-  } else {
+  const auto named = std::find_if(kRoleNames.begin(), kRoleNames.end(),
+                                  [&](const auto& entry) { return entry.second == role; });
+  if (named == kRoleNames.end()) {
     return InvalidArgumentError(at + ".role is `" + role + "`, expected admin or user");
   }
+  if (named->first == Role::kWorker) {
+    return InvalidArgumentError(at + ".role: worker tokens are minted per job, not listed here");
+  }
+  Principal principal;
+  principal.role = named->first;
   if (user.empty() || user.size() > 64) {
     return InvalidArgumentError(at + ".user must have 1 to 64 characters");
   }
@@ -146,18 +146,6 @@ StatusOr<Principal> ReadTokenEntry(const YAML::Node& item, const std::string& at
 }
 
 }  // namespace
-
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kAdmin:
-      return "admin";
-    case Role::kUser:
-      return "user";
-    case Role::kWorker:
-      return "worker";
-  }
-  return "unknown";
-}
 
 Status Authenticator::LoadTokensFile(const std::string& path) {
   const StatusOr<std::string> text = ReadFileToString(path);
