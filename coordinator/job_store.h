@@ -61,8 +61,9 @@ class JobStore {
  public:
   explicit JobStore(Store* store) : store_(store) {}  // not owned
 
-  // Every job of the store, in id order. DATA_LOSS: an unreadable record, a state record that
-  // names no known state, or a spec without a state record. INTERNAL: the store cannot be read.
+  // Every job of the store, in id order. DATA_LOSS: an unreadable record, an enum value (a
+  // state, a Config enum) this build lacks, an unspecified state, or a spec without a state
+  // record. INTERNAL: the store cannot be read.
   StatusOr<std::vector<LoadedJob>> Load() const;
 
   // The counted steps of `id` from `start_step` on, at most `max_steps` (> 0). UNAVAILABLE when
@@ -84,8 +85,6 @@ class JobStore {
   // `bytes` is no StoredJobState or names no known state.
   static std::string EncodeState(const JobRecord& record);
   static Status DecodeState(std::string_view bytes, JobRecord& record);
-
-  Store* store() const { return store_; }
 
  private:
   // The steps of `job` counted at or after its committed checkpoint, into job.counted.
