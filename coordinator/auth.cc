@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <mutex>
 #include <vector>
 
@@ -75,19 +77,75 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-}  // namespace
-
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kAdmin:
-      return "admin";
-    case Role::kUser:
-      return "user";
-    case Role::kWorker:
-      return "worker";
+// INVALID_ARGUMENT naming `at` for a key of `map` that is not one of `keys`.
+Status CheckKeys(const YAML::Node& map, std::initializer_list<std::string_view> keys,
+                 const std::string& at) {
+  for (const auto& kv : map) {
+    const std::string key = kv.first.as<std::string>("");
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      return InvalidArgumentError(at + ": unknown key `" + key + "`");
+    }
   }
-  return "unknown";
+  return OkStatus();
 }
+
+// The tokens file's `version`: kTokensFileVersion, else INVALID_ARGUMENT.
+Status CheckVersion(const YAML::Node& root, const std::string& where) {
+  const YAML::Node version = root["version"];
+  if (!version || !version.IsScalar()) {
+    return InvalidArgumentError(where + ": `version` is missing (expected " +
+                                std::to_string(kTokensFileVersion) + ")");
+  }
+  if (version.Scalar() != std::to_string(kTokensFileVersion)) {
+    return InvalidArgumentError(where + ": `version` is " + version.Scalar() +
+                                ", this coordinator reads version " +
+                                std::to_string(kTokensFileVersion));
+  }
+  return OkStatus();
+}
+
+// One entry of the tokens file's list, {token, role, user}, found at `at`: its principal, and
+// its token in *token. INVALID_ARGUMENT naming the field; the message never holds the token.
+StatusOr<Principal> ReadTokenEntry(const YAML::Node& item, const std::string& at,
+                                   std::string* token) {
+  if (!item.IsMap()) return InvalidArgumentError(at + " must be a mapping");
+  FB_RETURN_IF_ERROR(CheckKeys(item, {"token", "role", "user"}, at));
+  for (const char* field : {"token", "role", "user"}) {
+    if (!item[field] || !item[field].IsScalar()) {
+      return InvalidArgumentError(at + "." + field + " is missing");
+    }
+  }
+  *token = item["token"].Scalar();
+  const std::string role = item["role"].Scalar();
+  const std::string user = item["user"].Scalar();
+  if (token->size() < kMinTokenLength) {
+    return InvalidArgumentError(at + ".token is shorter than " + std::to_string(kMinTokenLength) +
+                                " characters");
+  }
+  if (!std::all_of(token->begin(), token->end(), IsTokenChar)) {
+    return InvalidArgumentError(at + ".token has a character outside [A-Za-z0-9._~+/=-]");
+  }
+  const auto named = std::find_if(kRoleNames.begin(), kRoleNames.end(),
+                                  [&](const auto& entry) { return entry.second == role; });
+  if (named == kRoleNames.end()) {
+    return InvalidArgumentError(at + ".role is `" + role + "`, expected admin or user");
+  }
+  if (named->first == Role::kWorker) {
+    return InvalidArgumentError(at + ".role: worker tokens are minted per job, not listed here");
+  }
+  Principal principal;
+  principal.role = named->first;
+  if (user.empty() || user.size() > 64) {
+    return InvalidArgumentError(at + ".user must have 1 to 64 characters");
+  }
+  if (!std::all_of(user.begin(), user.end(), IsUserChar)) {
+    return InvalidArgumentError(at + ".user has a character outside [A-Za-z0-9._@-]");
+  }
+  principal.user = user;
+  return principal;
+}
+
+}  // namespace
 
 Status Authenticator::LoadTokensFile(const std::string& path) {
   const StatusOr<std::string> text = ReadFileToString(path);
@@ -103,74 +161,18 @@ Status Authenticator::LoadTokensYaml(std::string_view yaml, std::string_view sou
   const std::string where = "tokens file " + std::string(source);
   FB_ASSIGN_OR_RETURN(const YAML::Node root, ParseYaml(yaml, where));
   if (!root.IsMap()) return InvalidArgumentError(where + ": expected a mapping with `tokens`");
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>("");
-    if (key != "version" && key != "tokens") {
-      return InvalidArgumentError(where + ": unknown key `" + key + "`");
-    }
-  }
-  if (!root["version"] || !root["version"].IsScalar()) {
-    return InvalidArgumentError(where + ": `version` is missing (expected " +
-                                std::to_string(kTokensFileVersion) + ")");
-  }
-  if (root["version"].Scalar() != std::to_string(kTokensFileVersion)) {
-    return InvalidArgumentError(where + ": `version` is " + root["version"].Scalar() +
-                                ", this coordinator reads version " +
-                                std::to_string(kTokensFileVersion));
-  }
+  FB_RETURN_IF_ERROR(CheckKeys(root, {"version", "tokens"}, where));
+  FB_RETURN_IF_ERROR(CheckVersion(root, where));
   const YAML::Node tokens = root["tokens"];
   if (!tokens || !(tokens.IsSequence() || tokens.IsNull())) {
     return InvalidArgumentError(where + ": `tokens` must be a list");
   }
-
   Table table;
   for (size_t i = 0; tokens.IsSequence() && i < tokens.size(); ++i) {
-    const YAML::Node item = tokens[i];
     const std::string at = where + ": tokens[" + std::to_string(i) + "]";
-    if (!item.IsMap()) return InvalidArgumentError(at + " must be a mapping");
-    for (const auto& kv : item) {
-      const std::string key = kv.first.as<std::string>("");
-      if (key != "token" && key != "role" && key != "user") {
-        return InvalidArgumentError(at + ": unknown key `" + key + "`");
-      }
-    }
-    for (const char* field : {"token", "role", "user"}) {
-      if (!item[field] || !item[field].IsScalar()) {
-        return InvalidArgumentError(at + "." + field + " is missing");
-      }
-    }
-    const std::string token = item["token"].Scalar();
-    const std::string role = item["role"].Scalar();
-    const std::string user = item["user"].Scalar();
-    if (token.size() < kMinTokenLength) {
-      return InvalidArgumentError(at + ".token is shorter than " + std::to_string(kMinTokenLength) +
-                                  " characters");
-    }
-    for (char c : token) {
-      if (!IsTokenChar(c)) {
-        return InvalidArgumentError(at + ".token has a character outside [A-Za-z0-9._~+/=-]");
-      }
-    }
-    Entry entry;
-    if (role == "admin") {
-      entry.principal.role = Role::kAdmin;
-    } else if (role == "user") {
-      entry.principal.role = Role::kUser;
-    } else if (role == "worker") {
-      return InvalidArgumentError(at + ".role: worker tokens are minted per job, not listed here");
-    } else {
-      return InvalidArgumentError(at + ".role is `" + role + "`, expected admin or user");
-    }
-    if (user.empty() || user.size() > 64) {
-      return InvalidArgumentError(at + ".user must have 1 to 64 characters");
-    }
-    for (char c : user) {
-      if (!IsUserChar(c)) {
-        return InvalidArgumentError(at + ".user has a character outside [A-Za-z0-9._@-]");
-      }
-    }
-    entry.principal.user = user;
-    entry.digest = Sha256(token);
+    std::string token;
+    FB_ASSIGN_OR_RETURN(const Principal principal, ReadTokenEntry(tokens[i], at, &token));
+    const Entry entry{principal, Sha256(token)};
     if (!table.emplace(entry.digest, entry).second) {
       return InvalidArgumentError(at + ".token repeats an earlier entry's token");
     }

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/config_fields.h"
 #include "common/status.h"
 
 namespace fullband::coordinator {
@@ -21,8 +22,11 @@ class PrometheusWriter;
 
 enum class Role { kAdmin, kUser, kWorker };
 
-// "admin", "user", "worker".
-std::string_view RoleName(Role role);
+// The one list of the roles' names, as the tokens file and errors spell them.
+inline constexpr NameTable<Role, 3> kRoleNames{
+    {{Role::kAdmin, "admin"}, {Role::kUser, "user"}, {Role::kWorker, "worker"}}};
+constexpr const auto& EnumNames(Role) { return kRoleNames; }
+constexpr std::string_view RoleName(Role role) { return NameOf(role); }
 
 // Who is calling: the result of Authenticate.
 struct Principal {

@@ -1,16 +1,12 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <iomanip>
-#include <sstream>
 
 #include "common/logging.h"
-#include "coordinator/proto_convert.h"
-#include "proto/config_convert.h"
-#include "proto/coordinator_store.pb.h"
+#include "coordinator/coordinator_job.h"
 
 namespace fullband::coordinator {
 
@@ -19,70 +15,9 @@ namespace fullband::coordinator {
 // granted), so the adapter acknowledges only after everything appended so far is durable; a
 // crash then loses only writes that no one was told about.
 
-struct Coordinator::Job {
-  std::string id;
-  JobSpec spec;
-  double created = 0;
-  StepPlan plan;
-  proto::StoredJobState state_record;  // scratch for encoding
-  JobState state = JobState::kPending;
-  std::string reason;
-  int64_t attempt = 0;
-  int64_t restarts = 0;
-  uint64_t incarnation = 0;
-  std::string handle;
-  std::string worker_token;         // in memory only: for the launch of the current attempt
-  std::string worker_token_digest;  // stored: re-admits the token after a restart
-  double revoke_token_at = 0;       // a finished job's token is revoked then (0: not finished)
-  int64_t leased_until = 0;
-  int64_t committed_step = 0;
-  std::string checkpoint_path;
-  Ledger ledger;
-  std::map<int64_t, int64_t> counted;  // counted steps >= committed_step -> passes
-  double restart_at = 0;
-  double updated = 0;
-  double wall_start = 0;
-  // Not stored: deadlines restart from the coordinator's start.
-  double last_heartbeat = 0;
-  double launched_at = 0;    // the launch deadline counts from here
-  double pending_since = 0;  // when the launcher first said the attempt waits in a queue
-  bool queued = false;       // the launcher's last word: it waits in a queue
-  uint64_t version = 0;
-  std::deque<std::pair<double, int64_t>> recent;  // (time, tokens) of recent reports
-};
-
-struct Coordinator::Action {
-  enum class Kind { kLaunch, kKill } kind = Kind::kKill;
-  std::string job_id;
-  int64_t attempt = 0;
-  Launcher* launcher = nullptr;
-  std::string handle;  // kKill
-  LaunchSpec spec;     // kLaunch
-};
-
 namespace {
 
 constexpr double kThroughputWindow = 30;  // seconds of reports behind tokens_per_second
-
-std::string StateKey(const std::string& id) { return "job/" + id + "/state"; }
-std::string SpecKey(const std::string& id) { return "job/" + id + "/spec"; }
-std::string BigEndian(int64_t v) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    out[i] = static_cast<char>((static_cast<uint64_t>(v) >> (56 - 8 * i)) & 0xff);
-  return out;
-}
-int64_t FromBigEndian(std::string_view s) {
-  uint64_t v = 0;
-  for (char c : s) v = (v << 8) | static_cast<uint8_t>(c);
-  return static_cast<int64_t>(v);
-}
-std::string StepKey(const std::string& id, int64_t step) {
-  return "step/" + id + "/" + BigEndian(step);
-}
-std::string CheckpointKey(const std::string& id, int64_t step) {
-  return "ckpt/" + id + "/" + BigEndian(step);
-}
 
 Status Stale(const std::string& job_id, uint64_t incarnation) {
   return Status(StatusCode::kAborted, "job " + job_id + ": incarnation " +
@@ -90,26 +25,37 @@ Status Stale(const std::string& job_id, uint64_t incarnation) {
                                           " is not the registered worker group");
 }
 
+// A report's passes, tokens and losses against the step's assignment: INVALID_ARGUMENT naming
+// the field that differs.
+Status CheckReportOfLease(const StepReport& r, const StepAssignment& a) {
+  if (r.passes != a.passes) {
+    return InvalidArgumentError("passes: " + std::to_string(r.passes) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.passes));
+  }
+  if (r.tokens != a.tokens) {
+    return InvalidArgumentError("tokens: " + std::to_string(r.tokens) + " but step " +
+                                std::to_string(r.step) + " was leased with " +
+                                std::to_string(a.tokens));
+  }
+  if (static_cast<int64_t>(r.losses.size()) != r.passes) {
+    return InvalidArgumentError("losses: " + std::to_string(r.losses.size()) + " values for " +
+                                std::to_string(r.passes) + " passes");
+  }
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    if (!std::isfinite(r.losses[i])) {
+      return InvalidArgumentError("losses[" + std::to_string(i) + "]: not finite");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-std::string_view JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kPending:
-      return "PENDING";
-    case JobState::kLaunching:
-      return "LAUNCHING";
-    case JobState::kRunning:
-      return "RUNNING";
-    case JobState::kRestarting:
-      return "RESTARTING";
-    case JobState::kCompleted:
-      return "COMPLETED";
-    case JobState::kFailed:
-      return "FAILED";
-    case JobState::kCancelled:
-      return "CANCELLED";
-  }
-  return "?";
+std::string JobStateName(JobState state) {
+  std::string name(NameOf(state));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
 }
 
 bool IsTerminal(JobState s) {
@@ -121,7 +67,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock,
     : options_(std::move(options)),
       clock_(clock),
       launchers_(std::move(launchers)),
-      store_(store) {}
+      store_(store),
+      records_(store) {}
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options, const Clock* clock, std::map<LauncherKind, Launcher*> launchers,
@@ -136,70 +83,28 @@ Coordinator::~Coordinator() = default;
 
 Status Coordinator::Load() {
   const double now = clock_->NowSeconds();
-  std::map<std::string, proto::StoredJobSpec> specs;
-  std::map<std::string, proto::StoredJobState> states;
-  FB_RETURN_IF_ERROR(store_->Scan("job/", [&](std::string_view key, std::string_view value) {
-    const size_t slash = key.rfind('/');
-    const std::string id(key.substr(4, slash - 4));
-    const std::string_view what = key.substr(slash + 1);
-    bool ok = false;
-    if (what == "spec") {
-      ok = specs[id].ParseFromArray(value.data(), static_cast<int>(value.size()));
-    } else if (what == "state") {
-      ok = states[id].ParseFromArray(value.data(), static_cast<int>(value.size()));
-    }
-    if (!ok) return DataLossError("coordinator store: unreadable record " + std::string(key));
-    return OkStatus();
-  }));
-  for (auto& [id, stored] : specs) {
+  FB_ASSIGN_OR_RETURN(std::vector<LoadedJob> loaded, records_.Load());
+  for (LoadedJob& stored : loaded) {
+    const std::string& id = stored.id;
     auto job = std::make_unique<Job>();
+    static_cast<JobRecord&>(*job) = std::move(stored.record);
     job->id = id;
-    job->spec.name = stored.spec().name();
-    job->spec.owner = stored.spec().owner();
-    StatusOr<Config> config = fullband::FromProto(stored.spec().config());
-    if (!config.ok()) return DataLossError("job " + id + ": " + config.status().message());
-    job->spec.config = std::move(*config);
+    job->spec = std::move(stored.submitted.spec);
+    job->created_unix = stored.submitted.created_unix;
+    job->counted = std::move(stored.counted);
+    const Status valid = job->spec.config.Validate();
+    if (!valid.ok()) return DataLossError("job " + id + ": " + valid.message());
     StatusOr<StepPlan> plan = StepPlan::Create(job->spec.config);
     if (!plan.ok()) return DataLossError("job " + id + ": " + plan.status().message());
     job->plan = std::move(*plan);
-    job->created = stored.created_unix();
-    if (!stored.request_id().empty()) submitted_[{job->spec.owner, stored.request_id()}] = id;
-    auto it = states.find(id);
-    if (it == states.end()) return DataLossError("job " + id + ": no state record");
-    const proto::StoredJobState& s = it->second;
-    StatusOr<JobState> state = FromProto(s.state());
-    if (!state.ok()) return DataLossError("job " + id + ": " + state.status().message());
-    job->state = *state;
-    job->reason = s.reason();
-    job->attempt = s.attempt();
-    job->restarts = s.restarts();
-    job->incarnation = s.incarnation();
-    job->handle = s.launch_handle();
-    job->worker_token_digest = s.worker_token_digest();
+    const std::string& request_id = stored.submitted.request_id;
+    if (!request_id.empty()) submitted_[{job->spec.owner, request_id}] = id;
     if (!job->worker_token_digest.empty() && !IsTerminal(job->state) &&
         options_.restore_worker_token) {
       options_.restore_worker_token(id, job->worker_token_digest);
     }
-    job->leased_until = s.leased_until();
-    job->committed_step = s.committed_step();
-    job->checkpoint_path = s.checkpoint_path();
-    job->ledger = FromProto(s.ledger());
-    job->restart_at = s.restart_at_unix();
-    job->updated = s.updated_unix();
-    job->wall_start = s.wall_start_unix();
     job->last_heartbeat = now;
     job->launched_at = now;
-    FB_RETURN_IF_ERROR(
-        store_->Scan("step/" + id + "/", [&](std::string_view key, std::string_view value) {
-          const int64_t step = FromBigEndian(key.substr(key.size() - 8));
-          if (step < job->committed_step) return OkStatus();
-          proto::StoredStep record;
-          if (!record.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-            return DataLossError("coordinator store: unreadable step record of job " + id);
-          }
-          job->counted[step] = record.passes();
-          return OkStatus();
-        }));
     const int64_t number = std::atoll(id.c_str() + 4);
     next_id_ = std::max(next_id_, number + 1);
     jobs_[id] = std::move(job);
@@ -220,39 +125,19 @@ Status Coordinator::CheckIncarnation(const Job& job, uint64_t incarnation) const
 }
 
 void Coordinator::Persist(Job& job, double now, WriteSet extra) {
-  job.updated = now;
+  job.updated_unix = now;
   ++job.version;
-  proto::StoredJobState& s = job.state_record;
-  s.Clear();
-  s.set_state(ToProto(job.state));
-  s.set_reason(job.reason);
-  s.set_attempt(job.attempt);
-  s.set_restarts(job.restarts);
-  s.set_incarnation(job.incarnation);
-  s.set_launch_handle(job.handle);
-  s.set_leased_until(job.leased_until);
-  s.set_committed_step(job.committed_step);
-  s.set_checkpoint_path(job.checkpoint_path);
-  ToProto(job.ledger, s.mutable_ledger());
-  s.set_restart_at_unix(job.restart_at);
-  s.set_updated_unix(job.updated);
-  s.set_wall_start_unix(job.wall_start);
-  s.set_worker_token_digest(job.worker_token_digest);
-  extra.puts.emplace_back(StateKey(job.id), s.SerializeAsString());
+  JobStore::PutState(job.id, job, extra);
   store_->Append(std::move(extra));
 }
 
 JobInfo Coordinator::Info(const Job& job, double now) const {
   JobInfo info;
+  static_cast<JobRecord&>(info) = job;
   info.id = job.id;
   info.spec = job.spec;
-  info.state = job.state;
-  info.reason = job.reason;
-  info.attempt = job.attempt;
-  info.restarts = job.restarts;
-  info.ledger = job.ledger;
-  if (job.wall_start > 0 && !IsTerminal(job.state)) {
-    info.ledger.wall_seconds = now - job.wall_start;
+  if (job.wall_start_unix > 0 && !IsTerminal(job.state)) {
+    info.ledger.wall_seconds = now - job.wall_start_unix;
   }
   info.total_steps = job.plan.total_steps();
   info.budget_amount = job.plan.amount();
@@ -267,11 +152,7 @@ JobInfo Coordinator::Info(const Job& job, double now) const {
       info.budget_spent = job.ledger.flops;
       break;
   }
-  info.committed_step = job.committed_step;
-  info.checkpoint_path = job.checkpoint_path;
-  info.leased_until = job.leased_until;
-  info.created_unix = job.created;
-  info.updated_unix = job.updated;
+  info.created_unix = job.created_unix;
   if (job.state == JobState::kRunning && job.recent.size() >= 2) {
     const double span = std::max(job.recent.back().first - job.recent.front().first,
                                  now - job.recent.front().first);
@@ -310,16 +191,10 @@ StatusOr<std::string> Coordinator::SubmitJob(JobSpec spec, const std::string& re
   job->id = id;
   job->spec = std::move(spec);
   job->plan = std::move(plan);
-  job->created = now;
-  proto::StoredJobSpec stored;
-  stored.mutable_spec()->set_name(job->spec.name);
-  stored.mutable_spec()->set_owner(job->spec.owner);
-  *stored.mutable_spec()->mutable_config() = fullband::ToProto(job->spec.config);
-  stored.set_created_unix(now);
-  stored.set_request_id(request_id);
+  job->created_unix = now;
   if (!request_id.empty()) submitted_[{job->spec.owner, request_id}] = job->id;
   WriteSet writes;
-  writes.puts.emplace_back(SpecKey(job->id), stored.SerializeAsString());
+  JobStore::PutSpec(job->id, {job->spec, now, request_id}, writes);
   Persist(*job, now, std::move(writes));
   FB_LOG(INFO) << "job " << job->id << " (" << job->spec.name << ", " << job->spec.owner
                << ") submitted: " << job->plan.total_steps() << " steps";
@@ -333,44 +208,13 @@ StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) const {
   return Info(*job, clock_->NowSeconds());
 }
 
-StatusOr<proto::GetJobHistoryResponse> Coordinator::History(const std::string& job_id,
-                                                            int64_t start_step,
-                                                            int64_t max_steps) const {
+StatusOr<HistoryPage> Coordinator::History(const std::string& job_id, int64_t start_step,
+                                           int64_t max_steps) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     FB_RETURN_IF_ERROR(Find(job_id).status());
   }
-  proto::GetJobHistoryResponse page;
-  page.set_next_start_step(-1);
-  const Status scanned = store_->Scan(
-      "step/" + job_id + "/",
-      [&](std::string_view key, std::string_view value) {
-        const int64_t step = FromBigEndian(key.substr(key.size() - 8));
-        if (page.steps_size() == max_steps) {  // one more than the page: where the next starts
-          page.set_next_start_step(step);
-          return OkStatus();
-        }
-        proto::StoredStep stored;
-        if (!stored.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-          return DataLossError("coordinator store: unreadable step record " + std::to_string(step) +
-                               " of job " + job_id);
-        }
-        proto::StepRecord* r = page.add_steps();
-        r->set_step(step);
-        r->set_passes(stored.passes());
-        r->set_tokens(stored.tokens());
-        *r->mutable_losses() = stored.losses();
-        r->set_step_seconds(stored.step_seconds());
-        r->set_unix_time(stored.unix_time());
-        r->set_attempt(stored.attempt());
-        return OkStatus();
-      },
-      StepKey(job_id, start_step), static_cast<size_t>(max_steps) + 1);
-  if (!scanned.ok() && scanned.code() != StatusCode::kDataLoss) {
-    return UnavailableError("job " + job_id + ": reading its history: " + scanned.message());
-  }
-  FB_RETURN_IF_ERROR(scanned);
-  return page;
+  return records_.History(job_id, start_step, max_steps);
 }
 
 std::vector<JobInfo> Coordinator::ListJobs(const std::string& owner, bool include_finished) const {
@@ -388,18 +232,18 @@ std::vector<JobInfo> Coordinator::ListJobs(const std::string& owner, bool includ
 std::vector<Coordinator::Action> Coordinator::Finish(Job& job, JobState state,
                                                      const std::string& reason, double now) {
   std::vector<Action> actions;
-  if (!job.handle.empty()) {
+  if (!job.launch_handle.empty()) {
     Action kill;
     kill.kind = Action::Kind::kKill;
     kill.job_id = job.id;
     kill.launcher = launchers_.at(job.spec.config.launcher.kind);
-    kill.handle = job.handle;
+    kill.handle = job.launch_handle;
     actions.push_back(std::move(kill));
-    job.handle.clear();
+    job.launch_handle.clear();
   }
   job.state = state;
   job.reason = reason;
-  if (job.wall_start > 0) job.ledger.wall_seconds = now - job.wall_start;
+  if (job.wall_start_unix > 0) job.ledger.wall_seconds = now - job.wall_start_unix;
   // Note [Token after the end]: the group keeps its token for a heartbeat timeout, so that it
   // learns the terminal state from its next heartbeat (instead of UNAUTHENTICATED) and can
   // commit its final checkpoint; then the token is revoked (Tick).
@@ -453,7 +297,7 @@ void Coordinator::Uncount(Job& job, int64_t step, int64_t passes, WriteSet& writ
   l.wasted_tokens += tokens;
   l.wasted_token_equivalents += tokens * passes;
   l.wasted_flops += flops;
-  writes.deletes.push_back(StepKey(job.id, step));
+  JobStore::DeleteStep(job.id, step, writes);
   if (l.steps == 0) l.flops = 0;  // no rounding residue
 }
 
@@ -478,7 +322,7 @@ std::vector<Coordinator::Action> Coordinator::Fail(Job& job, const std::string& 
         std::min(l.max_backoff_seconds, l.backoff_seconds * std::pow(2.0, job.restarts));
     actions = Finish(job, JobState::kRestarting, reason, now);
     job.restarts += 1;
-    job.restart_at = now + backoff;
+    job.restart_at_unix = now + backoff;
     FB_LOG(WARNING) << "job " << job.id << " restarting (" << job.restarts << "/" << max_restarts
                     << ") from step " << job.committed_step << " in " << backoff
                     << " s: " << reason;
@@ -596,25 +440,7 @@ StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
                                    " was never leased");
   }
   const StepAssignment a = job->plan.Assign(r.step);
-  if (r.passes != a.passes) {
-    return InvalidArgumentError("passes: " + std::to_string(r.passes) + " but step " +
-                                std::to_string(r.step) + " was leased with " +
-                                std::to_string(a.passes));
-  }
-  if (r.tokens != a.tokens) {
-    return InvalidArgumentError("tokens: " + std::to_string(r.tokens) + " but step " +
-                                std::to_string(r.step) + " was leased with " +
-                                std::to_string(a.tokens));
-  }
-  if (static_cast<int64_t>(r.losses.size()) != r.passes) {
-    return InvalidArgumentError("losses: " + std::to_string(r.losses.size()) + " values for " +
-                                std::to_string(r.passes) + " passes");
-  }
-  for (size_t i = 0; i < r.losses.size(); ++i) {
-    if (!std::isfinite(r.losses[i])) {
-      return InvalidArgumentError("losses[" + std::to_string(i) + "]: not finite");
-    }
-  }
+  FB_RETURN_IF_ERROR(CheckReportOfLease(r, a));
   if (r.step < job->committed_step || job->counted.count(r.step)) {
     result.duplicate = true;
     result.job_completed = job->state == JobState::kCompleted;
@@ -639,21 +465,15 @@ StatusOr<ReportResult> Coordinator::ReportStep(const StepReport& r) {
   while (job->recent.size() > 2 && job->recent.front().first < now - kThroughputWindow) {
     job->recent.pop_front();
   }
-  proto::StoredStep record;
-  record.set_passes(a.passes);
-  record.set_tokens(a.tokens);
-  for (double loss : r.losses) record.add_losses(loss);
-  record.set_step_seconds(r.step_seconds);
-  record.set_incarnation(r.incarnation);
-  record.set_unix_time(now);
-  record.set_attempt(job->attempt);
   WriteSet writes;
-  writes.puts.emplace_back(StepKey(job->id, r.step), record.SerializeAsString());
+  JobStore::PutStep(
+      job->id, r.step,
+      {a.passes, a.tokens, r.losses, r.step_seconds, r.incarnation, now, job->attempt}, writes);
   if (job->committed_step + static_cast<int64_t>(job->counted.size()) == job->plan.total_steps()) {
     // Every step of the budget is counted. The group may still commit its last checkpoint.
     job->state = JobState::kCompleted;
     job->reason = "budget spent";
-    if (job->wall_start > 0) l.wall_seconds = now - job->wall_start;
+    if (job->wall_start_unix > 0) l.wall_seconds = now - job->wall_start_unix;
     result.job_completed = true;
     FB_LOG(INFO) << "job " << job->id << " completed: " << l.steps << " steps, " << l.tokens
                  << " tokens";
@@ -689,13 +509,8 @@ Status Coordinator::CommitCheckpoint(const std::string& job_id, uint64_t incarna
   job->committed_step = step;
   job->checkpoint_path = path;
   job->last_heartbeat = now;
-  proto::StoredCheckpoint record;
-  record.set_path(path);
-  record.set_shards(shards);
-  record.set_incarnation(incarnation);
-  record.set_committed_unix(now);
   WriteSet writes;
-  writes.puts.emplace_back(CheckpointKey(job_id, step), record.SerializeAsString());
+  JobStore::PutCheckpoint(job_id, step, {path, shards, incarnation, now}, writes);
   Persist(*job, now, std::move(writes));
   return OkStatus();
 }
@@ -720,19 +535,10 @@ Status Coordinator::RollBackCheckpoint(const std::string& job_id, uint64_t incar
   for (int64_t s = step; s < job->committed_step; ++s)
     Uncount(*job, s, job->plan.Passes(s), writes);
   // Forget the newer checkpoints; remember the one the group restarted from.
-  const std::string prefix = "ckpt/" + job_id + "/";
-  FB_RETURN_IF_ERROR(store_->Scan(prefix, [&](std::string_view key, std::string_view) {
-    if (FromBigEndian(key.substr(prefix.size())) > step) writes.deletes.emplace_back(key);
-    return OkStatus();
-  }));
+  FB_RETURN_IF_ERROR(records_.DeleteCheckpointsAfter(job_id, step, writes));
   const double now = clock_->NowSeconds();
-  if (step > 0) {
-    proto::StoredCheckpoint record;
-    record.set_path(path);
-    record.set_shards(0);  // not known to the rollback; the directory's manifest says
-    record.set_incarnation(incarnation);
-    record.set_committed_unix(now);
-    writes.puts.emplace_back(CheckpointKey(job_id, step), record.SerializeAsString());
+  if (step > 0) {  // shards 0: not known to the rollback; the directory's manifest says
+    JobStore::PutCheckpoint(job_id, step, {path, 0, incarnation, now}, writes);
   }
   FB_LOG(WARNING) << "job " << job_id << ": checkpoint of step " << job->committed_step
                   << " unusable, the worker group restarted from step " << step << ": " << reason;
@@ -754,201 +560,9 @@ Status Coordinator::ReportFailure(const std::string& job_id, uint64_t incarnatio
   return OkStatus();
 }
 
-void Coordinator::Defer(std::vector<Action> actions) {
-  deferred_.insert(deferred_.end(), std::make_move_iterator(actions.begin()),
-                   std::make_move_iterator(actions.end()));
-}
-
 void Coordinator::set_advertise_address(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.advertise_address = address;
-}
-
-void Coordinator::Tick() {
-  struct PollItem {
-    std::string job_id;
-    int64_t attempt;
-    Launcher* launcher;
-    std::string handle;
-  };
-  std::vector<Action> actions;
-  std::vector<PollItem> polls;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    actions.swap(deferred_);  // kills decided by RPCs since the last tick come first
-    const double now = clock_->NowSeconds();
-    for (auto& [id, job_ptr] : jobs_) {
-      Job& job = *job_ptr;
-      if (job.revoke_token_at > 0 && now >= job.revoke_token_at) {  // Note [Token after the end]
-        if (options_.revoke_worker_tokens) options_.revoke_worker_tokens(job.id);
-        job.worker_token.clear();
-        job.worker_token_digest.clear();
-        job.revoke_token_at = 0;
-        Persist(job, now);
-      }
-      // Deadlines first, so that a failed group is relaunched in this same tick when its
-      // back-off is zero: detection and relaunch take at most timeout + one tick.
-      if (job.state == JobState::kLaunching && !job.queued &&
-          now - job.launched_at > options_.launch_timeout_seconds) {
-        auto more = Fail(job,
-                         "worker group did not register within " +
-                             std::to_string(options_.launch_timeout_seconds) + " s",
-                         now);
-        actions.insert(actions.end(), more.begin(), more.end());
-      } else if (job.state == JobState::kRunning &&
-                 now - job.last_heartbeat > options_.heartbeat_timeout_seconds) {
-        auto more =
-            Fail(job,
-                 "no heartbeat for " + std::to_string(now - job.last_heartbeat) + " s (timeout " +
-                     std::to_string(options_.heartbeat_timeout_seconds) + " s)",
-                 now);
-        actions.insert(actions.end(), more.begin(), more.end());
-      } else if ((job.state == JobState::kLaunching || job.state == JobState::kRunning) &&
-                 !job.handle.empty()) {
-        polls.push_back(
-            {job.id, job.attempt, launchers_.at(job.spec.config.launcher.kind), job.handle});
-      }
-      bool launch = false;
-      if (job.state == JobState::kPending) {
-        launch = true;
-      } else if (job.state == JobState::kRestarting && now >= job.restart_at) {
-        job.attempt += 1;
-        launch = true;
-      }
-      if (launch) {
-        const Config& c = job.spec.config;
-        Action a;
-        a.kind = Action::Kind::kLaunch;
-        a.job_id = job.id;
-        a.attempt = job.attempt;
-        a.launcher = launchers_.at(c.launcher.kind);
-        a.spec.job_id = job.id;
-        a.spec.attempt = job.attempt;
-        a.spec.processes =
-            c.launcher.processes > 0 ? c.launcher.processes : c.parallel.tp * c.parallel.dp;
-        a.spec.command = c.launcher.command;
-        a.spec.command.insert(a.spec.command.end(), c.launcher.extra_args.begin(),
-                              c.launcher.extra_args.end());
-        a.spec.env[kJobIdEnv] = job.id;
-        a.spec.env[kAttemptEnv] = std::to_string(job.attempt);
-        if (!options_.advertise_address.empty()) {
-          a.spec.env[kCoordinatorEnv] = options_.advertise_address;
-        }
-        if (!options_.worker_tls_ca.empty()) a.spec.env[kTlsCaEnv] = options_.worker_tls_ca;
-        if (options_.mint_worker_token) {
-          if (!job.worker_token_digest.empty() && options_.revoke_worker_tokens) {
-            options_.revoke_worker_tokens(job.id);  // the previous attempt's
-          }
-          CoordinatorOptions::MintedToken minted = options_.mint_worker_token(job.id);
-          job.worker_token = std::move(minted.token);
-          job.worker_token_digest = std::move(minted.digest);
-          if (!job.worker_token.empty()) a.spec.env[kWorkerTokenEnv] = job.worker_token;
-        }
-        a.spec.log_dir = options_.jobs_dir + "/" + job.id;  // attempt-<n>.out|.err inside
-        std::error_code ec;  // the workers' checkpoint root when checkpoint.dir is ""
-        a.spec.env[kJobDirEnv] =
-            std::filesystem::absolute(a.spec.log_dir, ec).lexically_normal().string();
-        a.spec.slurm = c.launcher.slurm;
-        job.state = JobState::kLaunching;
-        job.launched_at = now;
-        job.pending_since = 0;
-        job.queued = false;
-        if (job.wall_start == 0) job.wall_start = now;
-        Persist(job, now);
-        actions.push_back(std::move(a));
-      }
-    }
-  }
-  Run(std::move(actions));
-
-  // Worker groups that exited or vanished have failed (unless the job is done); queued ones wait.
-  std::vector<std::pair<PollItem, LaunchState>> seen;
-  for (const PollItem& p : polls) {
-    StatusOr<LaunchState> s = p.launcher->Poll(p.handle);
-    if (!s.ok()) continue;  // e.g. a handle of a previous coordinator process: heartbeats decide
-    seen.emplace_back(p, *s);
-  }
-  actions.clear();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const double now = clock_->NowSeconds();
-    for (const auto& [p, s] : seen) {
-      auto it = jobs_.find(p.job_id);
-      if (it == jobs_.end()) continue;
-      Job& job = *it->second;
-      if (job.attempt != p.attempt || job.handle != p.handle) continue;
-      if (job.state != JobState::kLaunching && job.state != JobState::kRunning) continue;
-      std::vector<Action> more;
-      if (s.phase == LaunchState::Phase::kRunning) {
-        if (job.queued) job.launched_at = now;  // out of the queue: the launch deadline starts
-        job.queued = false;
-      } else if (s.phase == LaunchState::Phase::kPending) {
-        more = Pending(job, s, now);
-      } else {
-        std::string why = "worker group ended";
-        if (s.phase == LaunchState::Phase::kExited) {
-          why += " with exit code " + std::to_string(s.exit_code);
-        }
-        if (!s.detail.empty()) why += " (" + s.detail + ")";
-        job.handle.clear();  // nothing left to kill
-        more = Fail(job, why, now);
-      }
-      actions.insert(actions.end(), more.begin(), more.end());
-    }
-  }
-  Run(std::move(actions));
-}
-
-// Note [Pending attempts]: a scheduler (Slurm) may queue an attempt for long before any
-// process starts. The launch deadline (launch_timeout_seconds) is for a started group to
-// register, so it counts from when the attempt is seen to leave the queue; the queue has its own
-// limit, launcher.slurm.pending_timeout_seconds (0: none).
-std::vector<Coordinator::Action> Coordinator::Pending(Job& job, const LaunchState& state,
-                                                      double now) {
-  if (!job.queued) job.pending_since = now;
-  job.queued = true;
-  const double limit = job.spec.config.launcher.slurm.pending_timeout_seconds;
-  if (limit <= 0 || now - job.pending_since <= limit) return {};
-  std::ostringstream why;
-  why << std::fixed << std::setprecision(1) << "still queued after " << now - job.pending_since
-      << " s (launcher.slurm.pending_timeout_seconds = " << limit << "): " << state.detail;
-  return Fail(job, why.str(), now);
-}
-
-void Coordinator::Run(std::vector<Action> actions) {
-  for (Action& a : actions) {
-    if (a.kind == Action::Kind::kKill) {
-      Status s = a.launcher->Kill(a.handle);
-      if (!s.ok()) FB_LOG(WARNING) << "job " << a.job_id << ": kill failed: " << s.ToString();
-      continue;
-    }
-    StatusOr<std::string> handle = a.launcher->Launch(a.spec);
-    std::vector<Action> more;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(a.job_id);
-      if (it == jobs_.end()) continue;
-      Job& job = *it->second;
-      const double now = clock_->NowSeconds();
-      const bool current = job.attempt == a.attempt &&
-                           (job.state == JobState::kLaunching || job.state == JobState::kRunning);
-      if (!handle.ok()) {
-        if (current) more = Fail(job, "launch failed: " + handle.status().message(), now);
-      } else if (!current) {
-        Action kill;
-        kill.launcher = a.launcher;
-        kill.job_id = a.job_id;
-        kill.handle = *handle;
-        more.push_back(std::move(kill));
-      } else {
-        job.handle = *handle;
-        Persist(job, now);
-        FB_LOG(INFO) << "job " << job.id << ": launched attempt " << a.attempt << " ("
-                     << a.launcher->name() << " " << *handle << ")";
-      }
-    }
-    Run(std::move(more));
-  }
 }
 
 }  // namespace fullband::coordinator

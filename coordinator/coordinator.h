@@ -25,87 +25,13 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "common/step_plan.h"
-#include "common/visit_fields.h"
 #include "coordinator/clock.h"
+#include "coordinator/job.h"
+#include "coordinator/job_store.h"
 #include "coordinator/launcher.h"
 #include "coordinator/store.h"
-#include "proto/coordinator.pb.h"
 
 namespace fullband::coordinator {
-
-enum class JobState {
-  kPending,
-  kLaunching,
-  kRunning,
-  kRestarting,
-  kCompleted,
-  kFailed,
-  kCancelled
-};
-std::string_view JobStateName(JobState state);  // "PENDING", ...
-bool IsTerminal(JobState state);
-
-// Compute accounting of one job (docs/DESIGN.md §1). Counted totals cover the steps counted since
-// the last rollback; wasted totals the steps a restart rolled back.
-struct Ledger {
-  int64_t steps = 0;
-  int64_t tokens = 0;
-  int64_t token_equivalents = 0;
-  double flops = 0;
-  std::map<int64_t, int64_t> pass_histogram;  // passes -> counted steps
-  double wall_seconds = 0;                    // from the first launch to a terminal state (or now)
-  double step_seconds = 0;                    // Σ reported step times
-  int64_t wasted_steps = 0;
-  int64_t wasted_tokens = 0;
-  int64_t wasted_token_equivalents = 0;
-  double wasted_flops = 0;
-  std::vector<double> last_losses;  // per pass, of the last counted step
-  bool operator==(const Ledger&) const = default;
-};
-
-// Its fields, as proto::Ledger names them (common/visit_fields.h).
-template <FieldsOf<Ledger> M, typename Visitor>
-void VisitFields(M& l, Visitor&& visit) {
-  visit("steps", l.steps);
-  visit("tokens", l.tokens);
-  visit("token_equivalents", l.token_equivalents);
-  visit("flops", l.flops);
-  visit("pass_histogram", l.pass_histogram);
-  visit("wall_seconds", l.wall_seconds);
-  visit("step_seconds", l.step_seconds);
-  visit("wasted_steps", l.wasted_steps);
-  visit("wasted_tokens", l.wasted_tokens);
-  visit("wasted_token_equivalents", l.wasted_token_equivalents);
-  visit("wasted_flops", l.wasted_flops);
-  visit("last_losses", l.last_losses);
-}
-
-struct JobSpec {
-  std::string name;
-  std::string owner;
-  Config config;
-};
-
-// A consistent copy of one job.
-struct JobInfo {
-  std::string id;
-  JobSpec spec;
-  JobState state = JobState::kPending;
-  std::string reason;
-  int64_t attempt = 0;
-  int64_t restarts = 0;
-  Ledger ledger;
-  int64_t total_steps = 0;
-  double budget_amount = 0;
-  double budget_spent = 0;
-  int64_t committed_step = 0;
-  std::string checkpoint_path;
-  int64_t leased_until = 0;
-  double created_unix = 0;
-  double updated_unix = 0;
-  double tokens_per_second = 0;
-  uint64_t version = 0;  // increases on every change (WatchJob)
-};
 
 struct CoordinatorOptions {
   double heartbeat_interval_seconds = 10;  // what workers are told to use
@@ -184,9 +110,9 @@ class Coordinator {
   StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
   // The job's counted steps from `start_step` on, at most `max_steps` (> 0), read from the
   // store (GetJobHistory in proto/coordinator.proto). NOT_FOUND; UNAVAILABLE when the store
-  // cannot be read.
-  StatusOr<proto::GetJobHistoryResponse> History(const std::string& job_id, int64_t start_step,
-                                                 int64_t max_steps) const;
+  // cannot be read; DATA_LOSS for an unreadable step record.
+  StatusOr<HistoryPage> History(const std::string& job_id, int64_t start_step,
+                                int64_t max_steps) const;
 
   // ---- WorkerService (error codes as in proto/coordinator.proto)
 
@@ -212,8 +138,10 @@ class Coordinator {
   Store* store() const { return store_; }
 
  private:
+  // coordinator/coordinator_job.h
   struct Job;
   struct Action;  // a launcher call to make outside the mutex
+  struct Poll;    // a worker group to ask its launcher about, outside the mutex
 
   Coordinator(CoordinatorOptions options, const Clock* clock,
               std::map<LauncherKind, Launcher*> launchers, Store* store);
@@ -235,16 +163,33 @@ class Coordinator {
   // Rolls back, then RESTARTING or FAILED; returns the kill to make (if any).
   std::vector<Action> Fail(Job& job, const std::string& reason, double now);
   std::vector<Action> Finish(Job& job, JobState state, const std::string& reason, double now);
-  // An attempt its launcher says is queued: Note [Pending attempts] (mu_ held).
+
+  // ---- The launch loop (launch_loop.cc), mu_ held unless said otherwise.
+
+  // One job's turn in Tick: revokes a finished job's token when due, fails it past a deadline
+  // (else adds its group to `polls`), launches it when PENDING or its back-off is over.
+  std::vector<Action> Advance(Job& job, double now, std::vector<Poll>& polls);
+  std::vector<Action> CheckDeadlines(Job& job, double now, std::vector<Poll>& polls);
+  // The job becomes LAUNCHING; returns the launch to make.
+  Action Launch(Job& job, double now);
+  // What the launcher starts for the job's current attempt; mints its worker token.
+  LaunchSpec LaunchSpecFor(Job& job);
+  // What the launchers said of the polled groups (takes mu_); a group polled in an earlier
+  // attempt, or since finished, is ignored.
+  std::vector<Action> Observe(const std::vector<std::pair<Poll, LaunchState>>& seen);
+  std::vector<Action> Observe(Job& job, const LaunchState& state, double now);
+  // An attempt its launcher says is queued: Note [Pending attempts].
   std::vector<Action> Pending(Job& job, const LaunchState& state, double now);
+  // Makes the launcher calls (mu_ not held; takes it to record their results).
   void Run(std::vector<Action> actions);
-  // Queues launcher calls for the next Tick (mu_ held).
+  // Queues launcher calls for the next Tick.
   void Defer(std::vector<Action> actions);
 
   CoordinatorOptions options_;  // advertise_address is guarded by mu_
   const Clock* clock_;
   const std::map<LauncherKind, Launcher*> launchers_;
   Store* store_;
+  JobStore records_;  // store_'s records
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;

@@ -1,17 +1,15 @@
-// Conversions between the coordinator's plain C++ types (coordinator.h) and their proto
-// forms (proto/coordinator.proto), shared by the store records and the RPC adapter.
+// Conversions from the coordinator's plain C++ types (coordinator/job.h) to their wire forms
+// (proto/coordinator.proto), for the RPC adapter. JobInfo travels by reflection over its
+// VisitFields; the store's records have their own conversion (coordinator/job_store.cc).
 #pragma once
 
-#include "coordinator/coordinator.h"
+#include "coordinator/job.h"
 #include "proto/coordinator.pb.h"
 
 namespace fullband::coordinator {
 
 proto::JobState ToProto(JobState state);
-// INVALID_ARGUMENT for UNSPECIFIED or an unknown value.
-StatusOr<JobState> FromProto(proto::JobState state);
-void ToProto(const Ledger& ledger, proto::Ledger* out);
-Ledger FromProto(const proto::Ledger& ledger);
 void ToProto(const JobInfo& job, proto::Job* out);
+void ToProto(const HistoryPage& page, proto::GetJobHistoryResponse* out);
 
 }  // namespace fullband::coordinator

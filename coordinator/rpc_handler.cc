@@ -132,8 +132,9 @@ Status RpcHandler::GetJobHistory(std::string_view authorization,
                                 ", expected 0.." + std::to_string(kMaxHistoryPage));
   }
   const int64_t page = request.max_steps() == 0 ? kDefaultHistoryPage : request.max_steps();
-  FB_ASSIGN_OR_RETURN(*response,
+  FB_ASSIGN_OR_RETURN(HistoryPage steps,
                       coordinator_->History(request.job_id(), request.start_step(), page));
+  ToProto(steps, response);
   return OkStatus();
 }
 

@@ -77,6 +77,42 @@ SlurmLauncherOptions SlurmLauncherOptionsFor(const ServiceConfig& config) {
   return so;
 }
 
+namespace {
+
+// The coordinator's options that `config` sets, with worker tokens minted, restored and revoked
+// by `auth` (none when null).
+CoordinatorOptions CoordinatorOptionsFor(const ServiceConfig& config, Authenticator* auth) {
+  CoordinatorOptions options;
+  options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
+  options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
+  options.launch_timeout_seconds = config.launch_timeout_seconds;
+  options.jobs_dir = config.jobs_dir;
+  options.advertise_address = config.advertise;
+  if (!config.worker_tls_ca.empty()) {
+    std::error_code ec;
+    options.worker_tls_ca = std::filesystem::absolute(config.worker_tls_ca, ec).string();
+  }
+  if (auth == nullptr) return options;
+  options.mint_worker_token = [auth](const std::string& job_id) {
+    StatusOr<std::string> token = auth->MintWorkerToken(job_id);
+    if (!token.ok()) {
+      FB_LOG(ERROR) << "job " << job_id << ": " << token.status().ToString();
+      return CoordinatorOptions::MintedToken();
+    }
+    return CoordinatorOptions::MintedToken{*token, TokenDigestHex(*token)};
+  };
+  options.restore_worker_token = [auth](const std::string& job_id, const std::string& digest) {
+    Status st = auth->RegisterWorkerTokenDigest(job_id, digest);
+    if (!st.ok()) FB_LOG(ERROR) << "job " << job_id << ": " << st.ToString();
+  };
+  options.revoke_worker_tokens = [auth](const std::string& job_id) {
+    auth->RevokeWorkerTokens(job_id);
+  };
+  return options;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const ServiceConfig& config,
                                                                         Launcher* launcher,
                                                                         const Clock* clock) {
@@ -99,74 +135,48 @@ StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(const Se
   }
   FB_ASSIGN_OR_RETURN(s->store_, Store::Open(config.store_dir));
 
-  CoordinatorOptions options;
-  options.heartbeat_interval_seconds = config.heartbeat_interval_seconds;
-  options.heartbeat_timeout_seconds = config.heartbeat_timeout_seconds;
-  options.launch_timeout_seconds = config.launch_timeout_seconds;
-  options.jobs_dir = config.jobs_dir;
-  options.advertise_address = config.advertise;
-  if (!config.worker_tls_ca.empty()) {
-    std::error_code ec;
-    options.worker_tls_ca = std::filesystem::absolute(config.worker_tls_ca, ec).string();
-  }
-  if (Authenticator* auth = s->auth_.get()) {
-    options.mint_worker_token = [auth](const std::string& job_id) {
-      StatusOr<std::string> token = auth->MintWorkerToken(job_id);
-      if (!token.ok()) {
-        FB_LOG(ERROR) << "job " << job_id << ": " << token.status().ToString();
-        return CoordinatorOptions::MintedToken();
-      }
-      return CoordinatorOptions::MintedToken{*token, TokenDigestHex(*token)};
-    };
-    options.restore_worker_token = [auth](const std::string& job_id, const std::string& digest) {
-      Status st = auth->RegisterWorkerTokenDigest(job_id, digest);
-      if (!st.ok()) FB_LOG(ERROR) << "job " << job_id << ": " << st.ToString();
-    };
-    options.revoke_worker_tokens = [auth](const std::string& job_id) {
-      auth->RevokeWorkerTokens(job_id);
-    };
-  }
-  GrpcServerOptions go;
-  go.address = config.listen;
-  go.tls_cert_file = config.tls_cert;
-  go.tls_key_file = config.tls_key;
   FB_ASSIGN_OR_RETURN(s->coordinator_,
-                      Coordinator::Create(options, clock,
+                      Coordinator::Create(CoordinatorOptionsFor(config, s->auth_.get()), clock,
                                           {{LauncherKind::kLocal, launcher},
                                            {LauncherKind::kSlurm, s->slurm_launcher_.get()}},
                                           s->store_.get()));
   s->handler_ = std::make_unique<RpcHandler>(s->coordinator_.get(), s->auth_.get());
+  GrpcServerOptions go;
+  go.address = config.listen;
+  go.tls_cert_file = config.tls_cert;
+  go.tls_key_file = config.tls_key;
   s->grpc_ = std::make_unique<GrpcServer>(go, s->handler_.get());
   FB_RETURN_IF_ERROR(s->grpc_->Start().WithContext("gRPC server"));
   if (config.advertise.empty()) {
     s->coordinator_->set_advertise_address(DialableHost(config.listen) + ":" +
                                            std::to_string(s->grpc_->port()));
   }
-  if (!config.metrics_listen.empty()) {
-    const size_t colon = config.metrics_listen.rfind(':');
-    if (colon == std::string::npos) {
-      return InvalidArgumentError("metrics_listen: expected host:port, got " +
-                                  config.metrics_listen);
-    }
-    CoordinatorService* self = s.get();
-    s->metrics_ =
-        std::make_unique<MetricsHttpServer>(config.metrics_listen.substr(0, colon),
-                                            std::atoi(config.metrics_listen.c_str() + colon + 1),
-                                            [self] { return self->RenderMetrics(); });
-    FB_RETURN_IF_ERROR(s->metrics_->Start().WithContext("metrics server"));
-  }
-  CoordinatorService* self = s.get();
-  s->ticker_ = std::thread([self] {
-    std::unique_lock<std::mutex> lock(self->mu_);
-    while (!self->stopped_) {
-      lock.unlock();
-      self->coordinator_->Tick();
-      lock.lock();
-      self->cv_.wait_for(lock, std::chrono::duration<double>(self->config_.tick_seconds),
-                         [self] { return self->stopped_; });
-    }
-  });
+  if (!config.metrics_listen.empty()) FB_RETURN_IF_ERROR(s->StartMetrics());
+  s->ticker_ = std::thread([self = s.get()] { self->TickUntilStopped(); });
   return s;
+}
+
+Status CoordinatorService::StartMetrics() {
+  const std::string& listen = config_.metrics_listen;
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("metrics_listen: expected host:port, got " + listen);
+  }
+  metrics_ = std::make_unique<MetricsHttpServer>(listen.substr(0, colon),
+                                                 std::atoi(listen.c_str() + colon + 1),
+                                                 [this] { return RenderMetrics(); });
+  return metrics_->Start().WithContext("metrics server");
+}
+
+void CoordinatorService::TickUntilStopped() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    lock.unlock();
+    coordinator_->Tick();
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::duration<double>(config_.tick_seconds),
+                 [this] { return stopped_; });
+  }
 }
 
 CoordinatorService::~CoordinatorService() { Stop(); }

@@ -122,6 +122,10 @@ class CoordinatorService {
 
  private:
   CoordinatorService() = default;
+  // The /metrics server on config_.metrics_listen. INVALID_ARGUMENT: not host:port.
+  Status StartMetrics();
+  // The ticker thread: Tick every tick_seconds until Stop.
+  void TickUntilStopped();
 
   ServiceConfig config_;
   RealClock real_clock_;

@@ -12,6 +12,7 @@
 
 #include "coordinator/proto_convert.h"
 #include "proto/coordinator_store.pb.h"
+#include "proto/reflect_fields.h"
 #include "tests/common/fault_file_system.h"
 #include "tests/coordinator/fakes.h"
 #include "tests/proto/fill_every_field.h"
@@ -460,28 +461,28 @@ TEST_F(CoordinatorTest, History_PagesThroughCountedStepsWithTheirAttempt) {
   RunSteps(id, 4, 7, 8);
   ASSERT_TRUE(store_->WaitDurable(store_->LastAppended()).ok());
 
-  StatusOr<proto::GetJobHistoryResponse> first = coordinator_->History(id, 0, 3);
+  StatusOr<HistoryPage> first = coordinator_->History(id, 0, 3);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  ASSERT_EQ(first->steps_size(), 3);
-  EXPECT_EQ(first->next_start_step(), 3);
-  StatusOr<proto::GetJobHistoryResponse> rest = coordinator_->History(id, 3, 100);
+  ASSERT_EQ(first->steps.size(), 3u);
+  EXPECT_EQ(first->next_start_step, 3);
+  StatusOr<HistoryPage> rest = coordinator_->History(id, 3, 100);
   ASSERT_TRUE(rest.ok());
-  EXPECT_EQ(rest->next_start_step(), -1);
-  std::vector<proto::StepRecord> all(first->steps().begin(), first->steps().end());
-  all.insert(all.end(), rest->steps().begin(), rest->steps().end());
+  EXPECT_EQ(rest->next_start_step, -1);
+  std::vector<std::pair<int64_t, StepRecord>> all = first->steps;
+  all.insert(all.end(), rest->steps.begin(), rest->steps.end());
   ASSERT_EQ(all.size(), 7u);
   for (int64_t s = 0; s < 7; ++s) {
-    const proto::StepRecord& r = all[static_cast<size_t>(s)];
-    EXPECT_EQ(r.step(), s);
-    EXPECT_EQ(r.attempt(), s < 4 ? 0 : 1) << s;
-    EXPECT_EQ(r.unix_time(), start + (s < 4 ? 0 : 110)) << s;
-    EXPECT_EQ(r.tokens(), 128);
-    EXPECT_EQ(r.passes(), 1);
-    ASSERT_EQ(r.losses_size(), 1);
-    EXPECT_EQ(r.losses(0), 2.5);
-    EXPECT_EQ(r.step_seconds(), 0.5);
+    const auto& [step, r] = all[static_cast<size_t>(s)];
+    EXPECT_EQ(step, s);
+    EXPECT_EQ(r.attempt, s < 4 ? 0 : 1) << s;
+    EXPECT_EQ(r.unix_time, start + (s < 4 ? 0 : 110)) << s;
+    EXPECT_EQ(r.tokens, 128);
+    EXPECT_EQ(r.passes, 1);
+    EXPECT_EQ(r.losses, std::vector<double>{2.5});
+    EXPECT_EQ(r.step_seconds, 0.5);
+    EXPECT_EQ(r.incarnation, s < 4 ? 7u : 8u) << s;
   }
-  EXPECT_EQ(coordinator_->History(id, 7, 10)->steps_size(), 0);
+  EXPECT_EQ(coordinator_->History(id, 7, 10)->steps.size(), 0u);
   EXPECT_EQ(coordinator_->History("job-999999", 0, 10).status().code(), StatusCode::kNotFound);
 }
 
@@ -891,12 +892,28 @@ TEST_F(CoordinatorRestartTest, RollBackCheckpoint_MovesStepsSinceTheOlderOneToWa
   EXPECT_EQ(coordinator_->GetJob(id)->checkpoint_path, "");
 }
 
-TEST(ProtoConvert, Ledger_RoundTripPreservesEveryField) {
-  testing::ExpectEveryFieldRoundTrips<proto::Ledger>([](const proto::Ledger& every) {
-    proto::Ledger back;
-    ToProto(FromProto(every), &back);
+// The wire's Job is JobInfo by reflection: every field of proto::Job comes back.
+TEST(ProtoConvert, Job_RoundTripPreservesEveryField) {
+  testing::ExpectEveryFieldRoundTrips<proto::Job>([](const proto::Job& every) {
+    JobInfo info;
+    const Status read = ProtoToStruct(every, info);
+    EXPECT_TRUE(read.ok()) << read.ToString();
+    proto::Job back;
+    ToProto(info, &back);
     return back;
   });
+}
+
+// One name table spells each state for errors and metrics, and for the wire.
+TEST(ProtoConvert, JobState_NamesMatchTheWire) {
+  EXPECT_EQ(JobStateName(JobState::kRestarting), "RESTARTING");
+  EXPECT_EQ(ToProto(JobState::kPending), proto::JOB_STATE_PENDING);
+  EXPECT_EQ(ToProto(JobState::kLaunching), proto::JOB_STATE_LAUNCHING);
+  EXPECT_EQ(ToProto(JobState::kRunning), proto::JOB_STATE_RUNNING);
+  EXPECT_EQ(ToProto(JobState::kRestarting), proto::JOB_STATE_RESTARTING);
+  EXPECT_EQ(ToProto(JobState::kCompleted), proto::JOB_STATE_COMPLETED);
+  EXPECT_EQ(ToProto(JobState::kFailed), proto::JOB_STATE_FAILED);
+  EXPECT_EQ(ToProto(JobState::kCancelled), proto::JOB_STATE_CANCELLED);
 }
 
 }  // namespace
