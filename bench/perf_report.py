@@ -511,7 +511,8 @@ BENCHES = [
         "`none` rows have reached 0.7–0.8 of the measured sgemm peak on the machines tried; "
         "1.3× PyTorch there would need fullband to run above the machine's sgemm rate.",
         tables=torch_tables, minutes=50,
-        needs=["build/bench/train_step", "bench/torch_train_step.py"]),
+        needs=["build/bench/train_step", "bench/torch_train_step.py",
+               "tests/reference/model_ref.py"]),
     Bench(
         "run_tokenize_bench", "Tokenizer (`run_tokenize_bench.py`)",
         [Run("all", "bench/run_tokenize_bench.py --rounds 3 --reps 5",

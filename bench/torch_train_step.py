@@ -51,14 +51,8 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF_DIR = os.path.join(os.path.dirname(HERE), "tests", "reference")
-
-# docs/MODEL.md defaults (the paper's 1B model); same table as tests/reference/model_ref.py.
-DEFAULTS = dict(
-    vocab_size=100352, d_model=1536, n_layers=24, n_heads=16, n_kv_heads=8, head_dim=96,
-    ffn_dim=6656, max_seq_len=8192, rope_theta=10000.0, qk_norm=True, attn_gate=True,
-    window=2048, full_attention_every=6, depth_scaling=True, eod_id=100257, ignore_id=-1,
-    z_loss=1.0e-5, feedback_loss="mean", feedback_state="post_norm", jitter=0.02,
-    prefix_mixin=True, pass1_input_norm=True)
+sys.path.insert(0, REF_DIR)
+import model_ref  # noqa: E402  (the model's fields, defaults and YAML reading: one definition)
 
 
 def ffn_dim_for(d):
@@ -73,35 +67,17 @@ def preset(name):
         V, D, L, H, B, T = 100352, 512, 8, 8, 4, 512
     else:
         raise ValueError(name)
-    m = dict(DEFAULTS)
+    m = dict(model_ref.DEFAULTS)
     m.update(vocab_size=V, d_model=D, n_layers=L, n_heads=H, n_kv_heads=H, head_dim=64,
              ffn_dim=ffn_dim_for(D), window=0, eod_id=V - 1, max_seq_len=max(T, 8192))
     return m, B, T
 
 
-def _bool(v, name):
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.lower() in ("true", "false"):
-        return v.lower() == "true"
-    raise ValueError(f"model.{name}: expected a boolean, got {v!r}")
-
-
 def load_yaml_config(path):
-    """FILE.yaml: `model:` section (docs/MODEL.md defaults for missing fields), optional
-    `data: {batch_size, seq_len}` -> (model dict, B, T)."""
-    with open(path) as f:
-        doc = yaml.safe_load(f) or {}
-    mm = doc.get("model", {}) or {}
-    m = dict(DEFAULTS)
-    for k, d in DEFAULTS.items():
-        if k in mm:
-            v = mm[k]
-            m[k] = (_bool(v, k) if isinstance(d, bool) else int(v) if isinstance(d, int)
-                    else float(v) if isinstance(d, float) else str(v))
-    for k in mm:
-        if k not in DEFAULTS:
-            print(f"torch_train_step: warning: unknown field model.{k} ignored", file=sys.stderr)
+    """FILE.yaml: `model:` section (model_ref.model_config: docs/MODEL.md defaults for missing
+    fields), optional `data: {batch_size, seq_len}` -> (model dict, B, T)."""
+    doc = model_ref.read_yaml(path)
+    m = model_ref.model_config(doc.get("model"), prog="torch_train_step")
     data = doc.get("data", {}) or {}
     B = int(data.get("batch_size", 8))      # fullband's DataConfig defaults
     T = int(data.get("seq_len", 256))
@@ -506,9 +482,7 @@ def selfcheck(args):
     (the reference checks the masks against the spec and uses them)."""
     torch.set_num_threads(args.threads)
     set_openblas_threads(args.threads)
-    sys.path.insert(0, REF_DIR)
-    import make_case  # noqa: E402
-    import model_ref  # noqa: E402
+    import make_case  # noqa: E402  (from REF_DIR)
 
     def rel(a, b):
         a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
@@ -533,7 +507,7 @@ def selfcheck(args):
     # with ignored targets (ignore_id in the last target column of row 0).
     worst_loss, worst_grad, fails, n = 0.0, 0.0, [], 0
     for ci, (name, mcfg, tokens, rng) in enumerate(cases):
-        c = dict(DEFAULTS)
+        c = dict(model_ref.DEFAULTS)
         c.update(mcfg)
         c["jitter"], c["prefix_mixin"] = 0.0, False
         arrays = model_ref.init_weights(c, int(rng.integers(1 << 30)))

@@ -23,19 +23,18 @@ if (($(nvidia-smi -L 2>/dev/null | wc -l) >= 2)); then
     mpirun --oversubscribe --bind-to none -np 2 build/tests/comm/nccl_communicator_test \
     --gtest_brief=1 2>&1 | tee "$out/nccl_communicator_test_np2.txt"
 fi
-# The trainer on one GPU: 8 steps with K = 1, 2, 3 of a small model; its per-pass losses must
-# match the CPU's run of the same config (1e-3 relative: cuBLAS and the CPU sum differently).
-python3 - "$out" <<'PY'
-import json, os, random, struct, subprocess, sys
-out = sys.argv[1]
-rng = random.Random(3)
-ids = [256 if rng.randrange(40) == 0 else rng.randrange(256) for _ in range(1 << 16)]
-open(f"{out}/tokens.bin", "wb").write(struct.pack("<%dI" % len(ids), *ids))
+# The trainer on one GPU: 8 steps with K = 1, 2, 3 of the tests' tiny model at d_model 128; its
+# per-pass losses must match the CPU's run of the same config (1e-3 relative: cuBLAS and the
+# CPU sum differently).
+source tests/e2e_lib.sh  # tiny_model, write_token_ids
+write_token_ids "$out/tokens.bin" 3 40
+python3 - "$out" "$(tiny_model vocab_size=260 d_model=128 max_seq_len=64 window=16)" <<'PY'
+import json, subprocess, sys
+out, model = sys.argv[1], sys.argv[2]
 runs = {}
 for device in ("cpu", "cuda"):
     open(f"{out}/train-{device}.yaml", "w").write(f"""
-model: {{vocab_size: 260, eod_id: 256, d_model: 128, n_layers: 2, n_heads: 4, n_kv_heads: 2,
-        head_dim: 32, ffn_dim: 256, max_seq_len: 64, window: 16, full_attention_every: 2}}
+{model}
 data: {{path: {out}/tokens.bin, batch_size: 8, seq_len: 64}}
 schedule: {{steps: 8, seed: 2, phases: [{{until: 1.0, mix: {{1: 0.4, 2: 0.4, 3: 0.2}}}}]}}
 runtime: {{device: {device}, threads: 2, log_every: 1, peak_gflops: 1}}

@@ -32,9 +32,8 @@ rm -rf "$run"
 mkdir -p "$run"
 chmod 700 "$run"
 scripts/gen_certs.sh --dir "$run/tls" > /dev/null
-token=$(openssl rand -hex 32)
-(umask 077 && printf 'version: 1\ntokens:\n  - {token: %s, role: user, user: demo}\n' "$token" \
-  > "$run/tokens.yaml")
+source tests/e2e_lib.sh  # write_user_token
+token=$(write_user_token "$run/tokens.yaml" demo)
 cat > "$run/coordinator.yaml" <<YAML
 listen: 127.0.0.1:0
 store_dir: $run/store

@@ -19,6 +19,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/sim_hosts.sh
 source "$here/sim_hosts.sh"
+# shellcheck source=tests/e2e_lib.sh
+source "$here/../tests/e2e_lib.sh"  # free_port, wait_for
 
 readonly START_TIMEOUT_S=30
 readonly STOP_TIMEOUT_S=10
@@ -33,16 +35,6 @@ die() {
   exit 1
 }
 
-# Prints two distinct TCP ports that were free on all addresses a moment ago.
-free_ports() {
-  python3 -c '
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks:
-    s.bind(("", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))'
-}
-
 # True if process $1 is alive (not a zombie) and its command is $2.
 proc_alive() {
   local stat
@@ -50,6 +42,7 @@ proc_alive() {
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   [[ ${stat##*) } != Z* ]]
 }
+proc_gone() { ! proc_alive "$1" "$2"; }
 
 # Prints the pid in pidfile $1 if it names a live $2. Daemons remove their pidfile as they
 # exit, so the file may vanish at any moment.
@@ -61,12 +54,10 @@ live_pid() {
 
 # Ends the process in pidfile $1 if it is a $2: TERM, then KILL after STOP_TIMEOUT_S.
 stop_pidfile() {
-  local pidfile=$1 comm=$2 pid deadline
+  local pidfile=$1 comm=$2 pid
   if pid=$(live_pid "$pidfile" "$comm"); then
     kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + STOP_TIMEOUT_S))
-    while proc_alive "$pid" "$comm" && ((SECONDS < deadline)); do sleep 0.1; done
-    if proc_alive "$pid" "$comm"; then
+    if ! wait_for "$STOP_TIMEOUT_S" proc_gone "$pid" "$comm"; then
       echo "slurm_cluster: $comm ($pid) ignored TERM for ${STOP_TIMEOUT_S}s; killing" >&2
       kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -76,20 +67,17 @@ stop_pidfile() {
 
 # Cancels every job of the cluster in $1 and waits (bounded) until none is left.
 cancel_jobs() {
-  local dir=$1 deadline ids
+  local dir=$1 ids
   live_pid "$dir/run/slurmctld.pid" slurmctld >/dev/null || return 0
   export SLURM_CONF=$dir/slurm.conf
-  deadline=$((SECONDS + STOP_TIMEOUT_S))
   ids=$(timeout 5 squeue -h -o %i 2>/dev/null || true)
   [[ -n $ids ]] || return 0
   # shellcheck disable=SC2086  # one job id per word
   timeout 5 scancel $ids 2>/dev/null || true
-  while ((SECONDS < deadline)); do
-    [[ -z $(timeout 5 squeue -h -t PD,R,S,CG -o %i 2>/dev/null) ]] && return 0
-    sleep 0.1
-  done
-  echo "slurm_cluster: jobs still running after ${STOP_TIMEOUT_S}s; stopping anyway" >&2
+  wait_for "$STOP_TIMEOUT_S" no_jobs_left ||
+    echo "slurm_cluster: jobs still running after ${STOP_TIMEOUT_S}s; stopping anyway" >&2
 }
+no_jobs_left() { [[ -z $(timeout 5 squeue -h -t PD,R,S,CG -o %i 2>/dev/null) ]]; }
 
 cluster_stop() {
   local dir=$1 pidfile
@@ -118,7 +106,7 @@ start_munged() {
 # write_conf DIR CTL_ADDR: writes DIR/slurm.conf for the nodes in DIR/nodes, and DIR/env.
 write_conf() {
   local dir=$1 ctl_addr=$2 ports names node_lines
-  read -r -a ports <<<"$(free_ports)"
+  mapfile -t ports < <(free_port 2)
   names=$(awk '{print $1}' "$dir/nodes" | paste -sd,)
   node_lines=$(awk -v cpus="$(nproc)" '{printf "NodeName=%s NodeAddr=%s NodeHostname=%s CPUs=%d State=UNKNOWN\n", $1, $2, $3, cpus}' "$dir/nodes")
   cat >"$dir/slurm.conf" <<EOF
@@ -178,30 +166,29 @@ write_nodes() {
 
 # Waits until every node of the cluster is idle; on timeout prints the logs and fails.
 wait_idle() {
-  local dir=$1 n=$2 deadline states
-  deadline=$((SECONDS + START_TIMEOUT_S))
-  while ((SECONDS < deadline)); do
-    states=$(timeout 5 sinfo -h -N -o %t 2>/dev/null || true)
-    if [[ $(grep -c '^idle$' <<<"$states") -eq $n ]]; then return 0; fi
-    sleep 0.1
-  done
+  local dir=$1 n=$2 states=
+  wait_for "$START_TIMEOUT_S" nodes_idle "$n" && return 0
   echo "slurm_cluster: nodes not idle after ${START_TIMEOUT_S}s: $(paste -sd' ' <<<"$states")" >&2
   tail -n 20 "$dir"/log/*.log "$dir/munge/munged.log" >&2 || true
   return 1
+}
+# True if $1 nodes are idle; leaves sinfo's node states in the caller's $states.
+nodes_idle() {
+  states=$(timeout 5 sinfo -h -N -o %t 2>/dev/null || true)
+  [[ $(grep -c '^idle$' <<<"$states") -eq $1 ]]
 }
 
 # Waits (bounded) for slurmctld's first scheduling pass. Until that pass has read
 # SchedulerParameters, slurmctld uses the default batch_sched_delay of 3 s, so a job submitted
 # in the first 3 s after start waits for it; once it has run, a batch job starts at once.
 wait_first_schedule() {
-  local deadline cycles
-  deadline=$((SECONDS + 10))
-  while ((SECONDS < deadline)); do
-    cycles=$(timeout 5 sdiag 2>/dev/null | awk -F: '/Total cycles/ {print $2 + 0; exit}' || true)
-    if [[ ${cycles:-0} -ge 1 ]]; then return 0; fi
-    sleep 0.1
-  done
-  echo "slurm_cluster: no scheduling pass yet; the first job may wait up to 3 s" >&2
+  wait_for 10 scheduled_once ||
+    echo "slurm_cluster: no scheduling pass yet; the first job may wait up to 3 s" >&2
+}
+scheduled_once() {
+  local cycles
+  cycles=$(timeout 5 sdiag 2>/dev/null | awk -F: '/Total cycles/ {print $2 + 0; exit}' || true)
+  [[ ${cycles:-0} -ge 1 ]]
 }
 
 # Starts one slurmd per line of DIR/nodes, in its simulated host if netns is 1.

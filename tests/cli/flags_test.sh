@@ -7,9 +7,8 @@
 #   flags_test.sh FULLBAND
 set -euo pipefail
 fullband=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "flags_test: $*" >&2; exit 1; }
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 
 # `fullband --help` lists every subcommand; a subcommand's --help shows its flags.
 help=$("$fullband" --help) || fail "fullband --help exited $?"
@@ -28,11 +27,11 @@ refused() {
   [[ $(wc -l <<< "$err") == 1 ]] || fail "'fullband ${*:1:$#-1}' printed more than a line: $err"
   [[ $err == *"$name"* ]] || fail "'fullband ${*:1:$#-1}' does not name $name: $err"
 }
-refused train "$work/none.yaml" --steps abc --steps
-refused train "$work/none.yaml" --steps=0 --steps
-refused train "$work/none.yaml" --steps 99999999999999999999 --steps
-refused train "$work/none.yaml" --bogus --bogus
-refused train "$work/none.yaml" extra extra
+refused train "$dir/none.yaml" --steps abc --steps
+refused train "$dir/none.yaml" --steps=0 --steps
+refused train "$dir/none.yaml" --steps 99999999999999999999 --steps
+refused train "$dir/none.yaml" --bogus --bogus
+refused train "$dir/none.yaml" extra extra
 refused ingest --input a --out b --seq-len 12x --seq-len
 refused ingest --input a --out b --seq-len 8 --threads 2000 --threads
 refused ingest --input a --out b --seq-len 8 --format csv --format
@@ -43,11 +42,11 @@ refused model grad --config c --weights w --batch b --out g --mixin maybe --mixi
 refused worker --collective-timeout 0 --collective-timeout
 refused status --history --history
 refused tokenize --bogus --bogus
-refused ckpt export "$work/ckpt" --out
+refused ckpt export "$dir/ckpt" --out
 refused bogus bogus
 FULLBAND_LOG_LEVEL=LOUD refused backends --log-level
-FULLBAND_TOKENIZER_RANKS="$work/none" refused tokenize "$work/none"
-FULLBAND_TOKENIZER_RANKS="$work/none" refused tokenize --tokenizer "$work/other" "$work/other"
+FULLBAND_TOKENIZER_RANKS="$dir/none" refused tokenize "$dir/none"
+FULLBAND_TOKENIZER_RANKS="$dir/none" refused tokenize --tokenizer "$dir/other" "$dir/other"
 
 # A flag wins over its environment variable, which wins over the default.
 if [[ $(uname -m) == x86_64 ]]; then
@@ -58,12 +57,12 @@ FULLBAND_CPU_ISA=bogus "$fullband" backends | grep -q "^cpu .*unavailable.*'bogu
   fail "FULLBAND_CPU_ISA=bogus: $("$fullband" backends)"
 
 # Both spellings of a value, and a repeated flag's values collected.
-printf 'hello world' >"$work/in.txt"
-[[ $("$fullband" tokenize --input "$work/in.txt") == "15339 1917" ]] || fail "--input FILE"
-[[ $("$fullband" tokenize --input="$work/in.txt") == "15339 1917" ]] || fail "--input=FILE"
-mkdir "$work/docs"
-printf 'one document\n' >"$work/docs/a.txt"
-printf 'another one\n' >"$work/b.txt"
-"$fullband" ingest --input "$work/docs" --input="$work/b.txt" --out "$work/store" --seq-len=4 \
+printf 'hello world' >"$dir/in.txt"
+[[ $("$fullband" tokenize --input "$dir/in.txt") == "15339 1917" ]] || fail "--input FILE"
+[[ $("$fullband" tokenize --input="$dir/in.txt") == "15339 1917" ]] || fail "--input=FILE"
+mkdir "$dir/docs"
+printf 'one document\n' >"$dir/docs/a.txt"
+printf 'another one\n' >"$dir/b.txt"
+"$fullband" ingest --input "$dir/docs" --input="$dir/b.txt" --out "$dir/store" --seq-len=4 \
   --json | grep -q '"sources_added":2' || fail "two --input flags"
 echo "flags_test: ok"

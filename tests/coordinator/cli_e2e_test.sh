@@ -7,7 +7,8 @@
 set -euo pipefail
 fullband=$1
 fake_worker=$2
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 
 write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true
 metrics_listen: 127.0.0.1:0"
@@ -71,12 +72,7 @@ second=$("$fullband" submit "$dir/job.yaml" --name second)
 "$fullband" cancel "$second" --reason "not needed" | grep -q "CANCELLED" || fail "cancel"
 "$fullband" status --all | grep -c "^job-" | grep -q '^2$' || fail "status --all"
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
-coordinator_rc=
-while read -r -u 3 word rest; do
-  [[ $word == exit ]] && coordinator_rc=$rest
-done
+stop_coordinator TERM
 [[ $coordinator_rc == 0 ]] || fail "coordinator exit status '$coordinator_rc' after SIGTERM"
 grep -q "stopping" "$dir/coordinator.err" || fail "no clean stop: $(cat "$dir/coordinator.err")"
 echo "cli_e2e_test: ok"

@@ -14,20 +14,17 @@ set -euo pipefail
 [[ $(id -u) == 0 ]] || { echo "SKIP: needs root (Slurm's daemons, network namespaces)"; exit 77; }
 fullband=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/tests/coordinator/e2e_lib.sh"
+source "$root/tests/e2e_lib.sh"
+scratch_dir
 steps=40 d_model=128 seq_len=64  # about 0.1 s a step: long enough to see both ranks
 source "$root/tests/worker/chaos_lib.sh"
 hosts=$dir/hosts cluster=$dir/slurm
 trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true
       "$root/scripts/sim_hosts.sh" destroy "$hosts" > /dev/null 2>&1 || true; cleanup' EXIT
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
 # Restarts the coordinator on every address at port $port, advertising $1:$port to workers.
 coordinator_for() {
-  if [[ -n $coordinator_pid ]]; then
-    kill -TERM "$coordinator_pid"
-    while read -r -u 3 word rest; do [[ $word == exit ]] && break; done
-  fi
+  [[ -z $coordinator_pid ]] || stop_coordinator
   listen=0.0.0.0:$port write_coordinator_config "$dir/coordinator.yaml" "advertise: $1:$port
 heartbeat_timeout_seconds: 30
 slurm_poll_seconds: 1
@@ -70,6 +67,5 @@ b=$("$fullband" submit "$dir/b.yaml")
 check_two_hosts "$b"
 check hosts-slurm "$b" 0 0
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
+stop_coordinator
 echo "multinode_e2e_test: ok"

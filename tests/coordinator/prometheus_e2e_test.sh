@@ -7,7 +7,8 @@
 set -euo pipefail
 fullband=$1
 fake_worker=$2
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 command -v prometheus > /dev/null || fail "prometheus is not installed (Debian: prometheus)"
 
 write_coordinator_config "$dir/coordinator.yaml" "direct_single_process: true
@@ -19,7 +20,7 @@ read -r -u 3 line || fail "no second line from the coordinator"
 metrics_port=${line##* }
 
 # Prometheus on a free loopback port, scraping every second; stopped (by pid) on exit.
-prom_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+prom_port=$(free_port)
 cat > "$dir/prometheus.yml" <<YAML
 global: {scrape_interval: 1s, evaluation_interval: 1s}
 scrape_configs:
@@ -44,19 +45,18 @@ if len(result) == 1:
     print(result[0]["value"][1])
 PY
 }
-# `wait_for PROMQL VALUE`: polls the query until it answers VALUE, for at most 60 s.
-wait_for() {
-  local deadline=$((SECONDS + 60)) got=
-  while ((SECONDS < deadline)); do
-    got=$(query "$1")
-    [[ $got == "$2" ]] && return 0
-    kill -0 "$prom_pid" 2> /dev/null || fail "prometheus exited: $(tail -5 "$dir/prometheus.log")"
-    sleep 0.2
-  done
-  fail "PromQL '$1' = '$got' after 60 s, expected '$2'"
+# `answers PROMQL VALUE`: true once the query answers VALUE; fails if Prometheus has exited.
+answers() {
+  [[ $(query "$1") == "$2" ]] && return 0
+  kill -0 "$prom_pid" 2> /dev/null || fail "prometheus exited: $(tail -5 "$dir/prometheus.log")"
+  return 1
+}
+# `query_is PROMQL VALUE`: waits (60 s at most) until the query answers VALUE.
+query_is() {
+  wait_for 60 answers "$1" "$2" || fail "PromQL '$1' = '$(query "$1")' after 60 s, expected '$2'"
 }
 
-wait_for 'up{job="fullband"}' 1  # Prometheus runs and reaches /metrics
+query_is 'up{job="fullband"}' 1  # Prometheus runs and reaches /metrics
 job=$("$fullband" submit "$dir/job.yaml")
 "$fullband" watch "$job" > /dev/null || fail "job $job did not complete"
 json=$("$fullband" status "$job" --json)
@@ -64,11 +64,11 @@ ledger() { python3 -c "import json, sys; print(json.loads(sys.argv[1])['ledger']
 te=$(ledger token_equivalents)
 [[ $te == 5120 ]] || fail "ledger token-equivalents $te"
 sel="job_id=\"$job\""
-wait_for "fullband_job_token_equivalents{$sel}" "$te"
-wait_for "fullband_job_steps{$sel}" "$(ledger steps)"
-wait_for "fullband_job_tokens{$sel}" "$(ledger tokens)"
-wait_for "fullband_job_pass_steps{$sel,passes=\"2\"}" 10
-wait_for "fullband_job_state{$sel,state=\"COMPLETED\"}" 1
+query_is "fullband_job_token_equivalents{$sel}" "$te"
+query_is "fullband_job_steps{$sel}" "$(ledger steps)"
+query_is "fullband_job_tokens{$sel}" "$(ledger tokens)"
+query_is "fullband_job_pass_steps{$sel,passes=\"2\"}" 10
+query_is "fullband_job_state{$sel,state=\"COMPLETED\"}" 1
 # It watched the job run: some scrape saw it part-way.
 seen=$(query "min_over_time(fullband_job_token_equivalents{$sel}[5m]) < $te")
 [[ -n $seen ]] || fail "Prometheus saw no value of the running job below the final $te"

@@ -18,7 +18,8 @@ set -euo pipefail
 [[ $(id -u) == 0 ]] || { echo "SKIP: needs root (Slurm's daemons, network namespaces)"; exit 77; }
 fullband=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/tests/coordinator/e2e_lib.sh"
+source "$root/tests/e2e_lib.sh"
+scratch_dir
 steps=40 d_model=128 seq_len=64  # about 0.1 s a step: faults land mid-run
 source "$root/tests/worker/chaos_lib.sh"
 cluster=$dir/slurm
@@ -26,12 +27,10 @@ trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true;
 "$root/scripts/slurm_cluster.sh" start "$cluster" > /dev/null
 source "$cluster/env"
 
-listen=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+listen=127.0.0.1:$(free_port)  # a fixed address: the coordinator restarts on it
 # With a tokens file, so that every attempt gets a worker token to keep out of sight.
-FULLBAND_TOKEN=$(openssl rand -hex 32)
+FULLBAND_TOKEN=$(write_user_token "$dir/tokens.yaml" test)
 export FULLBAND_TOKEN
-(umask 077 && printf 'version: 1\ntokens:\n  - {token: %s, role: user, user: test}\n' \
-  "$FULLBAND_TOKEN" > "$dir/tokens.yaml")
 write_coordinator_config "$dir/coordinator.yaml" "slurm_poll_seconds: 1
 tokens_file: $dir/tokens.yaml
 metrics_listen: 127.0.0.1:0"
@@ -58,10 +57,13 @@ slurm_state() {
   [[ -n $s ]] || s=$(grep -o "^JobId=$1 .*JobState=[A-Z_]*" "$cluster/jobcomp.log" | sed 's/.*=//')
   echo "$s"
 }
+slurm_state_is() { [[ $(slurm_state "$1") == "$2" ]]; }
 # Every process of job $1 (ranks, srun, the batch script): its FULLBAND_JOB_DIR is the job's.
 job_processes() {
   grep -lxs "FULLBAND_JOB_DIR=$dir/jobs/$1" --null-data /proc/[0-9]*/environ | cut -d/ -f3 || true
 }
+no_processes() { [[ -z $(job_processes "$1") ]]; }
+gone() { ! kill -0 "$1" 2> /dev/null; }
 squeue_calls() {
   curl -s "http://$metrics/metrics" |
     awk '/^fullband_launcher_slurm_commands_total\{command="squeue"\}/ {n = $2} END {print n + 0}'
@@ -119,10 +121,9 @@ wait_until "$b" "int(j['ledger'].get('steps', 0)) >= 3" "slurm-cancel: no steps"
 id=$(slurm_ids "$b" | awk '{print $NF}')
 "$fullband" cancel "$b" --reason "test" > /dev/null
 wait_until "$b" "j['state'].endswith('CANCELLED')" "slurm-cancel: not cancelled"
-for _ in $(seq 100); do [[ $(slurm_state "$id") == CANCELLED ]] && break; sleep 0.1; done
-[[ $(slurm_state "$id") == CANCELLED ]] || fail "slurm-cancel: Slurm job $id is $(slurm_state "$id")"
-for _ in $(seq 300); do [[ -z $(job_processes "$b") ]] && break; sleep 0.1; done
-[[ -z $(job_processes "$b") ]] || fail "slurm-cancel: processes left: $(job_processes "$b")"
+wait_for 20 slurm_state_is "$id" CANCELLED ||
+  fail "slurm-cancel: Slurm job $id is $(slurm_state "$id")"
+wait_for 60 no_processes "$b" || fail "slurm-cancel: processes left: $(job_processes "$b")"
 echo "slurm-cancel: Slurm job $id CANCELLED, no process of it left"
 
 # 3. kill -9 of rank 1: a new Slurm job, then COMPLETED.
@@ -141,8 +142,7 @@ echo "slurm-kill-rank: reason of the restart: $(grep "job $c restarting" "$dir/c
 job slurm-coordinator-kill "" "$slurm" > "$dir/e.yaml"
 e=$("$fullband" submit "$dir/e.yaml")
 wait_until "$e" "int(j['ledger'].get('steps', 0)) >= 10" "slurm-coordinator-kill: no steps"
-kill -9 "$coordinator_pid"
-while read -r -u 3 word rest; do [[ $word == exit ]] && break; done
+stop_coordinator KILL
 cp "$dir/coordinator.err" "$dir/coordinator-1.err"
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 check slurm-coordinator-kill "$e" 0 0
@@ -170,10 +170,7 @@ fails_with held "slurm: {pending_timeout_seconds: 3, sbatch_args: [--begin=now+3
 # 4. Over the time limit (1 minute; Slurm enforces it within about 30 s more).
 steps=100000 max_restarts=0 job slurm-timeout "" ", kind: slurm, slurm: {time_limit: '1'}" > "$dir/d.yaml"
 d=$("$fullband" submit "$dir/d.yaml")
-for _ in $(seq 1500); do
-  [[ $(field "$d" "['state']") == JOB_STATE_FAILED ]] && break
-  sleep 0.1
-done
+wait_for 300 holds "$d" "j['state'] == 'JOB_STATE_FAILED'" || true  # the reason says why not
 reason=$(field "$d" "['reason']")
 [[ $reason == *TIMEOUT* ]] || fail "slurm-timeout: reason '$reason'"
 echo "slurm-timeout: $reason"
@@ -181,9 +178,8 @@ echo "slurm-timeout: $reason"
 # 6. (last: it stops Slurm) slurmctld down: sbatch is retried, then the launch fails.
 pid=$(cat "$cluster/run/slurmctld.pid")
 kill -TERM "$pid"
-while kill -0 "$pid" 2> /dev/null; do sleep 0.1; done
+wait_for 60 gone "$pid" || fail "slurmctld ($pid) did not stop on SIGTERM"
 fails_with slurm-down "slurm: {}" "Slurm did not accept"
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
+stop_coordinator
 echo "slurm_e2e_test: ok"

@@ -69,6 +69,8 @@ def st_write(path, tensors, metadata=None):
 
 
 # ----------------------------------------------------------------------------- config
+# The one Python definition of the model's fields and their defaults, and of reading them from
+# a job YAML; bench/torch_train_step.py imports them from here.
 DEFAULTS = dict(  # docs/MODEL.md, the paper's 1B model
     vocab_size=100352, d_model=1536, n_layers=24, n_heads=16, n_kv_heads=8, head_dim=96,
     ffn_dim=6656, max_seq_len=8192, rope_theta=10000.0, qk_norm=True, attn_gate=True,
@@ -85,13 +87,21 @@ def _bool(v, name):
     raise ValueError(f"model.{name}: expected a boolean, got {v!r}")
 
 
-def load_config(path):
+def read_yaml(path):
+    """A job YAML file -> its document (a dict; {} for an empty file)."""
     with open(path) as f:
-        doc = yaml.safe_load(f) or {}
-    m = doc.get("model", {}) or {}
+        return yaml.safe_load(f) or {}
+
+
+def model_config(m, prog="model_ref"):
+    """A job's `model:` section (a dict, or None) -> the full model config: docs/MODEL.md
+    defaults for missing fields, every value coerced to its default's type. An unknown field is
+    ignored with a warning on stderr naming `prog`; a value the model does not accept raises
+    ValueError."""
+    m = m or {}
     for k in m:
         if k not in DEFAULTS:
-            print(f"model_ref: warning: unknown field model.{k} ignored", file=sys.stderr)
+            print(f"{prog}: warning: unknown field model.{k} ignored", file=sys.stderr)
     c = dict(DEFAULTS)
     for k, d in DEFAULTS.items():
         if k not in m:
@@ -106,6 +116,11 @@ def load_config(path):
     if c["n_heads"] % c["n_kv_heads"] or c["head_dim"] % 2:
         raise ValueError("model: n_heads must be a multiple of n_kv_heads, head_dim even")
     return c
+
+
+def load_config(path):
+    """The model config of the job YAML at `path` (model_config of its `model:` section)."""
+    return model_config(read_yaml(path).get("model"))
 
 
 # ----------------------------------------------------------------------------- weights

@@ -1,29 +1,24 @@
-# Sourced by the fault tests of coordinated jobs (checkpoint_e2e_test.sh, fault_e2e_test.sh),
-# after tests/coordinator/e2e_lib.sh, with `fullband` set: a token file, the job they all run
-# (a DP2 + ZeRO-1 job of `steps` steps, default 20, checkpointing every 4; `d_model` (32) and
-# `seq_len` (24) set how long a step takes), its uninterrupted run as the reference, and
-# `check`, which holds a faulted job to that reference.
+# Sourced by the fault tests of coordinated jobs (checkpoint_e2e_test.sh, fault_e2e_test.sh,
+# slurm_e2e_test.sh, multinode_e2e_test.sh), after tests/e2e_lib.sh and scratch_dir, with
+# `fullband` set: a token file, the job they all run (a DP2 + ZeRO-1 job of the tiny model, of
+# `steps` steps, default 20, checkpointing every 4; `d_model` (32) and `seq_len` (24) set how
+# long a step takes), its uninterrupted run as the reference, and `check`, which holds a
+# faulted job to that reference.
 #   job NAME [WORKER_ARGS] [LAUNCHER_EXTRA]   prints the job's YAML (checkpoints in $dir/ckpt-NAME,
 #                                              tokens from $data, default $dir/tokens.bin)
-#   json JOB · field JOB PYEXPR · wait_until JOB PYCOND WHAT · final_shards NAME
+#   json JOB · field JOB PYEXPR · holds JOB PYCOND · wait_until JOB PYCOND WHAT (240 s)
+#   final_shards NAME
 #   run_reference                              runs the clean job; sets $reference
 #   check NAME JOB [RESTARTS] [MIN_WASTED]     COMPLETED, exact ledger, bitwise final state
 steps=${steps:-20}
 d_model=${d_model:-32}
 seq_len=${seq_len:-24}
 
-python3 - "$dir/tokens.bin" <<'PY'
-import random, struct, sys
-rng = random.Random(11)
-ids = [256 if rng.randrange(50) == 0 else rng.randrange(256) for _ in range(1 << 16)]
-open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
-PY
+write_token_ids "$dir/tokens.bin" 11 50
 
 job() {
   cat <<YAML
-model: {vocab_size: 258, eod_id: 256, d_model: $d_model, n_layers: 2, n_heads: 4, n_kv_heads: 2,
-        head_dim: $((d_model / 4)), ffn_dim: $((2 * d_model)), max_seq_len: $((seq_len + 8)),
-        window: 8, full_attention_every: 2}
+$(tiny_model d_model="$d_model" max_seq_len=$((seq_len + 8)))
 parallel: {dp: 2, zero1: true}
 data: {path: ${data:-$dir/tokens.bin}, batch_size: 8, seq_len: $seq_len}
 optim: {lr: 3.0e-3, warmup_steps: 2}
@@ -36,14 +31,12 @@ YAML
 }
 json() { "$fullband" status "$1" --json; }
 field() { json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)$2)"; }
-wait_until() {
-  for _ in $(seq 600); do
-    json "$1" | python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($2) else 1)" \
-      2> /dev/null && return 0
-    sleep 0.1
-  done
-  fail "$3: $(json "$1")"
+# True if PYCOND holds of job JOB's status as JSON (`j`).
+holds() {
+  json "$1" | python3 -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($2) else 1)" \
+    2> /dev/null
 }
+wait_until() { wait_for 240 holds "$1" "$2" || fail "$3: $(json "$1")"; }
 final_shards() { sha256sum "$dir/ckpt-$1/step-$steps"/*.safetensors | awk '{print $1}'; }
 
 run_reference() {

@@ -14,7 +14,8 @@
 # usage: checkpoint_e2e_test.sh FULLBAND
 set -euo pipefail
 fullband=$(realpath "$1")
-source "$(dirname "$0")/../coordinator/e2e_lib.sh"
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 source "$(dirname "$0")/chaos_lib.sh"
 write_coordinator_config "$dir/coordinator.yaml"
 start_coordinator "$fullband" "$dir/coordinator.yaml"
@@ -66,6 +67,5 @@ grep -q "resuming at step 8" "$dir/jobs/$c/attempt-1.err" || fail "corrupt: not 
 grep -q "unusable, the worker group restarted from step 8" "$dir/coordinator.err" ||
   fail "corrupt: the coordinator was not told"
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
+stop_coordinator
 echo "checkpoint_e2e_test: ok"

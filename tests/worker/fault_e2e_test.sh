@@ -17,13 +17,14 @@
 # usage: fault_e2e_test.sh FULLBAND
 set -euo pipefail
 fullband=$(realpath "$1")
-source "$(dirname "$0")/../coordinator/e2e_lib.sh"
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 steps=40 d_model=128 seq_len=64  # about 0.1 s a step: faults land mid-run
 source "$(dirname "$0")/chaos_lib.sh"
 full_disk=$dir/ckpt-disk-full
 trap 'mountpoint -q "$full_disk" && umount "$full_disk"; cleanup' EXIT
 
-listen=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+listen=127.0.0.1:$(free_port)  # a fixed address: the coordinator restarts on it
 write_coordinator_config "$dir/coordinator.yaml" "heartbeat_timeout_seconds: 3"
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 run_reference
@@ -68,8 +69,7 @@ job coordinator-kill > "$dir/c.yaml"
 c=$("$fullband" submit "$dir/c.yaml")
 wait_steps "$c" 10
 at=$(field "$c" "['ledger']['steps']")
-kill -9 "$coordinator_pid"
-while read -r -u 3 word rest; do [[ $word == exit ]] && break; done
+stop_coordinator KILL
 start_coordinator "$fullband" "$dir/coordinator.yaml"
 echo "coordinator-kill: the coordinator was killed at step $at and restarted"
 check coordinator-kill "$c" 0 0
@@ -101,6 +101,5 @@ reason=$(field "$e" "['reason']")
 [[ $reason == "failed after 2 restarts: "*missing.bin* ]] || fail "always-fails: reason '$reason'"
 echo "always-fails: $reason"
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
+stop_coordinator
 echo "fault_e2e_test: ok"

@@ -7,18 +7,12 @@
 # usage: mpi_train_test.sh FULLBAND MPIRUN
 set -euo pipefail
 fullband=$1 mpirun=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-python3 - "$dir/tokens.bin" <<'PY'
-import random, struct, sys
-rng = random.Random(5)
-ids = [256 if rng.randrange(40) == 0 else rng.randrange(256) for _ in range(1 << 16)]
-open(sys.argv[1], "wb").write(struct.pack("<%dI" % len(ids), *ids))
-PY
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
+write_token_ids "$dir/tokens.bin" 5 40
 config() {  # $1 = dp, $2 = steps, $3 = zero1 (default false), $4 = tp (default 1)
   cat <<YAML
-model: {vocab_size: 260, eod_id: 256, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
-        head_dim: 8, ffn_dim: 64, max_seq_len: 32, window: 8, full_attention_every: 2}
+$(tiny_model vocab_size=260)
 parallel: {tp: ${4:-1}, dp: $1, zero1: ${3:-false}}
 data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 24}
 optim: {lr: 1.0e-3, warmup_steps: 2}
@@ -58,19 +52,17 @@ config 1 100000 false 2 >"$dir/long.yaml"
 "$mpirun" --oversubscribe --bind-to none -np 2 "$fullband" train "$dir/long.yaml" \
   >"$dir/long.out" 2>&1 &
 launcher=$!
+rank1_trained() {  # sets $victim once rank 1 is found and step 3 is logged
+  grep -q '^step *3/' "$dir/long.out" 2>/dev/null || return 1
+  for p in $(pgrep -f "fullband train $dir/long.yaml" || true); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+      victim=$p
+    fi
+  done
+  [ -n "$victim" ]
+}
 victim=""
-for _ in $(seq 600); do  # until step 3 is logged (60 s at most)
-  if grep -q '^step *3/' "$dir/long.out" 2>/dev/null; then
-    for p in $(pgrep -f "fullband train $dir/long.yaml" || true); do
-      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
-        victim=$p
-      fi
-    done
-    [ -n "$victim" ] && break
-  fi
-  sleep 0.1
-done
-[ -n "$victim" ] || { cat "$dir/long.out"; echo "rank 1 never trained"; exit 1; }
+wait_for 60 rank1_trained || fail "rank 1 never trained: $(cat "$dir/long.out")"
 start=$(date +%s%N)
 kill -9 "$victim"
 set +e

@@ -11,7 +11,8 @@
 # usage: worker_e2e_test.sh FULLBAND
 set -euo pipefail
 fullband=$(realpath "$1")
-source "$(dirname "$0")/../coordinator/e2e_lib.sh"
+source "$(dirname "$0")/../e2e_lib.sh"
+scratch_dir
 
 python3 - "$dir/tokens.bin" <<'PY'
 import os, struct, sys
@@ -27,8 +28,7 @@ PY
 write_coordinator_config "$dir/coordinator.yaml"
 job() {  # $1 = dp, $2 = budget in token-equivalents (default 40960), $3 = tp (default 1)
   cat <<YAML
-model: {vocab_size: 258, eod_id: 256, d_model: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2,
-        head_dim: 16, ffn_dim: 128, max_seq_len: 64, window: 16, full_attention_every: 2}
+$(tiny_model d_model=64 max_seq_len=64 window=16)
 parallel: {tp: ${3:-1}, dp: $1}
 data: {path: $dir/tokens.bin, batch_size: 8, seq_len: 64}
 optim: {lr: 3.0e-3, warmup_steps: 5}
@@ -101,12 +101,11 @@ PY
 # A rank killed mid-run.
 job 2 100000000 > "$dir/long.yaml"
 job=$("$fullband" submit "$dir/long.yaml")
-for _ in $(seq 300); do  # until a step is counted (60 s at most)
-  "$fullband" status "$job" --json |
-    python3 -c 'import json, sys; sys.exit(int(json.load(sys.stdin)["ledger"].get("steps", 0)) < 1)' &&
-    break
-  sleep 0.2
-done
+counted() {  # true once job $1 has counted a step
+  "$fullband" status "$1" --json |
+    python3 -c 'import json, sys; sys.exit(int(json.load(sys.stdin)["ledger"].get("steps", 0)) < 1)'
+}
+wait_for 60 counted "$job" || true  # the search for rank 1 below says what went wrong
 victim=$(worker_pids "$job" 1 | head -1)
 [[ -n $victim ]] || fail "rank 1 of $job not found: $("$fullband" status "$job")"
 start=$(date +%s%N)
@@ -120,6 +119,5 @@ grep -q "worker group ended" <<< "$status" || fail "reason: $status"
 [[ -z $(worker_pids "$job") ]] || fail "worker ranks left running"
 echo "killed rank 1: ${took_ms} ms later $(head -1 <<< "$status")"
 
-kill -TERM "$coordinator_pid"
-coordinator_pid=
+stop_coordinator
 echo "worker_e2e_test: ok"
