@@ -201,6 +201,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   return cl.Parse(argc, argv);
 }
 
+// The bearer token of the service's one admin, who submits the jobs.
 constexpr char kAdminToken[] = "bench-admin-token-0123456789abcdef0123456789";
 // The incarnation of every worker group the benchmark registers.
 constexpr uint64_t kIncarnation = 7;
@@ -287,8 +288,8 @@ grpc::Status RegisterWhenLaunching(proto::WorkerService::Stub* stub, const std::
   }
 }
 
-// The service under test with one job, its worker group registered and kLeased steps leased,
-// and that worker's stubs on --channels connections.
+// The service under test, the one job the loops use and that job's worker stubs on --channels
+// connections (StartService; RegisterAndLease then registers the worker group).
 struct Fixture {
   Args args;
   coordinator::ServiceConfig config;
