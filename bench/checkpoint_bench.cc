@@ -145,25 +145,22 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   return cl.Parse(argc, argv);
 }
 
-int Main(int argc, char** argv) {
-  Args args;
-  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
-  const int reps = args.reps, threads = args.threads;
-  const std::string& dir = args.dir;
-  fs::create_directories(dir);
-  std::vector<std::unique_ptr<comm::Communicator>> one =
-      comm::InProcessCommunicator::CreateGroup(1);
-  const Config config = DemoConfig();
-  Rank r = MakeRank(config, one[0].get(), 1, false, dir + "/one", threads);
-  const size_t state_floats = static_cast<size_t>(r.model->table().total_numel()) * 3;
-  std::vector<float> copy(state_floats, 1.0f);  // touched: the memcpy baseline pays no faults
-
+// The one-rank rounds, after a warm-up round: each save with its dd baseline, the step's
+// stall with its memcpy baseline, and the load of what was saved.
+struct SaveRounds {
   std::vector<double> save, dd, stall, memcpy_s, load;
-  uint64_t bytes = 0;
-  std::string last;                              // the newest one-rank checkpoint
+  uint64_t bytes = 0;  // of one checkpoint
+  std::string last;    // the newest checkpoint
+};
+
+// Saves and loads `r`'s state (of `state_floats` floats: parameters and both moments) under
+// `dir`/one, `reps` rounds after one that warms up.
+SaveRounds MeasureSaves(Rank& r, const std::string& dir, size_t state_floats, int reps) {
+  SaveRounds out;
+  std::vector<float> copy(state_floats, 1.0f);   // touched: the memcpy baseline pays no faults
   for (int round = 0; round <= reps; ++round) {  // round 0 warms up
     const int64_t step = 100 + round;
-    const double d = DdSeconds(dir, bytes > 0 ? bytes : state_floats * sizeof(float));
+    const double d = DdSeconds(dir, out.bytes > 0 ? out.bytes : state_floats * sizeof(float));
     const double s = Seconds([&] {
       if (!r.checkpointer->Save(StateAt(step, 1, false), nullptr).ok() ||
           !r.checkpointer->Poll(true, nullptr).ok()) {
@@ -172,8 +169,8 @@ int Main(int argc, char** argv) {
       }
     });
     const std::string path = dir + "/one/step-" + std::to_string(step);
-    last = path;
-    bytes = DirBytes(path);
+    out.last = path;
+    out.bytes = DirBytes(path);
     const float* p = r.model->params().f32();
     const size_t n = state_floats / 3;
     const double m = Seconds([&] {
@@ -183,15 +180,22 @@ int Main(int argc, char** argv) {
     });
     const double l = Seconds([&] { (void)r.checkpointer->Restore(path).value(); });
     if (round == 0) continue;
-    save.push_back(s);
-    dd.push_back(d);
-    stall.push_back(r.checkpointer->last_stall_seconds());
-    memcpy_s.push_back(m);
-    load.push_back(l);
+    out.save.push_back(s);
+    out.dd.push_back(d);
+    out.stall.push_back(r.checkpointer->last_stall_seconds());
+    out.memcpy_s.push_back(m);
+    out.load.push_back(l);
   }
-  const double step_s = StepSeconds(config, r);
+  return out;
+}
 
-  // Reshard: the same model saved by a DP2 + ZeRO-1 group (threads), loaded at one rank.
+// Reshard: the same model saved at step 1 by a DP2 + ZeRO-1 group (threads) under `dir`/z,
+// then loaded at `r`'s one rank, against loading `same_layout`, `reps` rounds after one that
+// warms up. The reshard and same-layout seconds of each round.
+std::pair<std::vector<double>, std::vector<double>> MeasureReshard(const Config& config, Rank& r,
+                                                                   const std::string& dir,
+                                                                   const std::string& same_layout,
+                                                                   int reps) {
   std::vector<std::unique_ptr<comm::Communicator>> two =
       comm::InProcessCommunicator::CreateGroup(2);
   std::vector<std::thread> ranks;
@@ -208,16 +212,20 @@ int Main(int argc, char** argv) {
   std::vector<double> reshard, same;
   for (int round = 0; round <= reps; ++round) {
     const double a = Seconds([&] { (void)r.checkpointer->Restore(dir + "/z/step-1").value(); });
-    const double b = Seconds([&] { (void)r.checkpointer->Restore(last).value(); });
+    const double b = Seconds([&] { (void)r.checkpointer->Restore(same_layout).value(); });
     if (round == 0) continue;
     reshard.push_back(a);
     same.push_back(b);
   }
-  fs::remove_all(dir);
+  return {reshard, same};
+}
 
-  const double mb = static_cast<double>(bytes) / 1e6;
-  const RoundRatio save_vs_dd = RoundRatios(dd, save);  // throughput ratio = time⁻¹ ratio
-  const RoundRatio stall_vs_copy = RoundRatios(stall, memcpy_s);
+// The JSON line: medians, and each figure against its baseline as the median over rounds.
+void PrintResults(const Args& a, const SaveRounds& s, double step_s,
+                  const std::vector<double>& reshard, const std::vector<double>& same) {
+  const double mb = static_cast<double>(s.bytes) / 1e6;
+  const RoundRatio save_vs_dd = RoundRatios(s.dd, s.save);  // throughput ratio = time⁻¹ ratio
+  const RoundRatio stall_vs_copy = RoundRatios(s.stall, s.memcpy_s);
   const RoundRatio reshard_vs_same = RoundRatios(reshard, same);
   std::printf(
       "{\"bench\": \"checkpoint\", \"state_mb\": %.1f, \"threads\": %d, \"reps\": %d, "
@@ -227,10 +235,27 @@ int Main(int argc, char** argv) {
       "\"step_s\": %.3f, \"stall_of_step\": %.4f, "
       "\"load_mb_s\": %.1f, \"reshard_load_s\": %.3f, \"same_layout_load_s\": %.3f, "
       "\"reshard_vs_same\": %.3f}\n",
-      mb, threads, reps, mb / Median(save), mb / Median(dd), save_vs_dd.median, save_vs_dd.min,
-      save_vs_dd.max, Median(stall), Median(memcpy_s), stall_vs_copy.median, step_s,
-      Median(stall) / step_s, mb / Median(load), Median(reshard), Median(same),
+      mb, a.threads, a.reps, mb / Median(s.save), mb / Median(s.dd), save_vs_dd.median,
+      save_vs_dd.min, save_vs_dd.max, Median(s.stall), Median(s.memcpy_s), stall_vs_copy.median,
+      step_s, Median(s.stall) / step_s, mb / Median(s.load), Median(reshard), Median(same),
       reshard_vs_same.median);
+}
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
+  const std::string& dir = args.dir;
+  fs::create_directories(dir);
+  std::vector<std::unique_ptr<comm::Communicator>> one =
+      comm::InProcessCommunicator::CreateGroup(1);
+  const Config config = DemoConfig();
+  Rank r = MakeRank(config, one[0].get(), 1, false, dir + "/one", args.threads);
+  const size_t state_floats = static_cast<size_t>(r.model->table().total_numel()) * 3;
+  const SaveRounds saves = MeasureSaves(r, dir, state_floats, args.reps);
+  const double step_s = StepSeconds(config, r);
+  const auto [reshard, same] = MeasureReshard(config, r, dir, saves.last, args.reps);
+  fs::remove_all(dir);
+  PrintResults(args, saves, step_s, reshard, same);
   return 0;
 }
 

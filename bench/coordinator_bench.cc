@@ -75,12 +75,28 @@ class NullLauncher final : public coordinator::Launcher {
   std::map<std::string, Clock::time_point> launched_at_;
 };
 
+// The latencies of one kind of call, recorded from the callbacks of gRPC's threads.
 struct Latencies {
   std::mutex mu;
   std::vector<double> ms;
   int64_t errors = 0;
   std::string first_error;
+
+  // A call that took `call_ms` and ended with `s`.
+  void Add(double call_ms, const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    ms.push_back(call_ms);
+    if (!s.ok() && errors++ == 0) first_error = s.error_message();
+  }
 };
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double Percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
@@ -95,6 +111,15 @@ double CpuSeconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+// One asynchronous unary call of a stub's async() interface: what it needs alive until its
+// callback runs.
+template <typename Request, typename Response>
+struct AsyncCall {
+  grpc::ClientContext context;
+  Request req;
+  Response resp;
+};
+
 // Keeps `in_flight` calls outstanding for `seconds`; `start(slot, done)` issues one call and
 // calls done(status) when it completes.
 template <typename Start>
@@ -106,12 +131,7 @@ void ClosedLoop(int in_flight, double seconds, Latencies& lat, Start&& start) {
   std::function<void(int)> issue = [&](int slot) {
     const auto t0 = Clock::now();
     start(slot, [&, slot, t0](const grpc::Status& s) {
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> lock(lat.mu);
-        lat.ms.push_back(ms);
-        if (!s.ok() && lat.errors++ == 0) lat.first_error = s.error_message();
-      }
+      lat.Add(MsSince(t0), s);
       if (Clock::now() < end) {
         issue(slot);
       } else {
@@ -123,6 +143,37 @@ void ClosedLoop(int in_flight, double seconds, Latencies& lat, Start&& start) {
   for (int i = 0; i < in_flight; ++i) issue(i);
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return active == 0; });
+}
+
+// A closed loop's latencies, its wall seconds and the CPU seconds of the whole process.
+struct LoopResult {
+  Latencies lat;
+  double seconds = 0, cpu = 0;
+};
+
+template <typename Start>
+void TimedClosedLoop(int in_flight, double seconds, LoopResult* out, Start&& start) {
+  const double cpu0 = CpuSeconds();
+  const auto t0 = Clock::now();
+  ClosedLoop(in_flight, seconds, out->lat, std::forward<Start>(start));
+  out->seconds = SecondsSince(t0);
+  out->cpu = CpuSeconds() - cpu0;
+}
+
+// Calls issue(i) for i = 0, 1, ... at t0 + i * gap (t0: now) while at most `seconds` have
+// passed, then waits until `pending` is 0; returns the seconds from t0 to then.
+double PacedLoop(double gap, double seconds, const std::atomic<int64_t>& pending,
+                 const std::function<void(int64_t)>& issue) {
+  const auto t0 = Clock::now();
+  for (int64_t i = 0;; ++i) {
+    const auto at =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap * i));
+    if (at - t0 > std::chrono::duration<double>(seconds)) break;
+    std::this_thread::sleep_until(at);
+    issue(i);
+  }
+  while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return SecondsSince(t0);
 }
 
 struct Args {
@@ -150,24 +201,29 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   return cl.Parse(argc, argv);
 }
 
-int Main(int argc, char** argv) {
-  Args args;
-  if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
-  const double seconds = args.seconds;
-  const int in_flight = args.in_flight, channels = args.channels, groups = args.groups;
-  const double hb_interval = args.heartbeat_interval;
-  const std::filesystem::path dir = args.dir;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string d = dir.string();
+// The bearer token of the service's one admin, who submits the jobs.
+constexpr char kAdminToken[] = "bench-admin-token-0123456789abcdef0123456789";
+// The incarnation of every worker group the benchmark registers.
+constexpr uint64_t kIncarnation = 7;
+// Steps of the first job leased before the loops: LeaseBatches then leases leased steps.
+constexpr int64_t kLeased = 2'000'000;
+
+// Writes the TLS files (scripts/gen_certs.sh) and a tokens file with one admin, kAdminToken,
+// into `d`. False when the script fails.
+bool WriteCredentials(const std::string& d) {
   const std::string certs =
       std::string(FULLBAND_GEN_CERTS_SCRIPT) + " --dir " + d + "/tls --days 2 > /dev/null";
-  if (std::system(certs.c_str()) != 0) return 1;
-  const std::string admin = "bench-admin-token-0123456789abcdef0123456789";
+  if (std::system(certs.c_str()) != 0) return false;
   std::ofstream(d + "/tokens.yaml")
-      << "version: 1\ntokens:\n  - {token: " << admin << ", role: admin, user: bench}\n";
+      << "version: 1\ntokens:\n  - {token: " << kAdminToken << ", role: admin, user: bench}\n";
   std::filesystem::permissions(
       d + "/tokens.yaml", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return true;
+}
+
+// The service on a free loopback port, with the files of WriteCredentials and its store and
+// jobs under `d`.
+coordinator::ServiceConfig BenchServiceConfig(const std::string& d, double hb_interval) {
   coordinator::ServiceConfig sc;
   sc.listen = "127.0.0.1:0";
   sc.store_dir = d + "/store";
@@ -178,18 +234,12 @@ int Main(int argc, char** argv) {
   sc.tokens_file = d + "/tokens.yaml";
   sc.heartbeat_interval_seconds = hb_interval;
   sc.heartbeat_timeout_seconds = std::max(60.0, 3 * hb_interval);
-  NullLauncher launcher;
-  auto service = coordinator::CoordinatorService::Start(sc, &launcher);
-  if (!service.ok()) {
-    std::fprintf(stderr, "coordinator_bench: %s\n", service.status().ToString().c_str());
-    return 1;
-  }
-  ClientOptions o;
-  o.address = "localhost:" + std::to_string((*service)->port());
-  o.tls_ca_file = d + "/tls/ca.crt";
-  o.token = admin;
-  auto jobs = coordinator::JobClient::Connect(o).value();
+  return sc;
+}
 
+// The job the benchmark submits: a small model, 4,000,000 steps of 128 tokens, launched by
+// nothing (NullLauncher) and relaunched at once.
+proto::JobSpec BenchJobSpec() {
   Config config;
   config.model.vocab_size = 512;
   config.model.eod_id = 0;
@@ -207,68 +257,146 @@ int Main(int argc, char** argv) {
   proto::JobSpec spec;
   spec.set_name("bench");
   *spec.mutable_config() = ToProto(config);
+  return spec;
+}
 
-  // One job for reports and leases; stubs on `channels` separate connections.
-  const std::string job = *jobs->Submit(spec);
-  ClientOptions wo = o;
-  wo.token = launcher.WaitToken(job);
-  std::vector<std::unique_ptr<proto::WorkerService::Stub>> stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("fullband.bench_channel", c);  // a connection of its own
-    auto credentials = coordinator::MakeClientTlsCredentials(wo.tls_ca_file);
-    stubs.push_back(
-        proto::WorkerService::NewStub(grpc::CreateCustomChannel(wo.address, *credentials, args)));
-  }
-  const auto context = [&](grpc::ClientContext* c) {
-    c->AddMetadata("authorization", "Bearer " + wo.token);
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  };
-  const uint64_t incarnation = 7;
-  // The job registers once it is LAUNCHING (the tick after the launcher was called).
+// A TLS channel to `address` on a connection of its own: channels with different arguments
+// (`c`) do not share one.
+std::shared_ptr<grpc::Channel> BenchChannel(const std::string& address, const std::string& ca,
+                                            int c) {
+  grpc::ChannelArguments args;
+  args.SetInt("fullband.bench_channel", c);
+  return grpc::CreateCustomChannel(address, *coordinator::MakeClientTlsCredentials(ca), args);
+}
+
+// Registers a worker group of one for `job` at kIncarnation, waiting (5 ms between tries) for
+// the job to be LAUNCHING, the tick after the launcher was called. `prepare` sets up each
+// try's context. The status of the last try.
+grpc::Status RegisterWhenLaunching(proto::WorkerService::Stub* stub, const std::string& job,
+                                   const std::function<void(grpc::ClientContext*)>& prepare) {
   for (;;) {
     grpc::ClientContext c;
-    context(&c);
+    prepare(&c);
     proto::RegisterWorkerGroupRequest req;
     req.set_job_id(job);
-    req.set_incarnation(incarnation);
+    req.set_incarnation(kIncarnation);
     req.set_world_size(1);
     proto::RegisterWorkerGroupResponse resp;
-    const grpc::Status s = stubs[0]->RegisterWorkerGroup(&c, req, &resp);
-    if (s.ok()) break;
-    if (s.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
-      std::fprintf(stderr, "coordinator_bench: register: %s\n", s.error_message().c_str());
-      return 1;
-    }
+    const grpc::Status s = stub->RegisterWorkerGroup(&c, req, &resp);
+    if (s.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  constexpr int64_t kLeased = 2'000'000;
+}
+
+// The service under test, the one job the loops use and that job's worker stubs on --channels
+// connections (StartService; RegisterAndLease then registers the worker group).
+struct Fixture {
+  Args args;
+  coordinator::ServiceConfig config;
+  NullLauncher launcher;  // outlives the service
+  std::unique_ptr<coordinator::CoordinatorService> service;
+  ClientOptions admin;
+  std::unique_ptr<coordinator::JobClient> jobs;
+  proto::JobSpec spec;
+  std::string job;
+  ClientOptions worker;  // the job's worker token
+  std::vector<std::unique_ptr<proto::WorkerService::Stub>> stubs;
+
+  // The worker's bearer token and a deadline of 30 s.
+  void Prepare(grpc::ClientContext* c) const {
+    c->AddMetadata("authorization", "Bearer " + worker.token);
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+  // The stub of the connection that call `i` goes over.
+  proto::WorkerService::Stub* stub(int64_t i) const { return stubs[i % args.channels].get(); }
+};
+
+// Starts the service in args.dir (created afresh), submits the job and connects its worker's
+// stubs. False, with a line on stderr, when the service does not start.
+bool StartService(Fixture* f) {
+  const std::string d = f->args.dir;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  if (!WriteCredentials(d)) return false;
+  f->config = BenchServiceConfig(d, f->args.heartbeat_interval);
+  auto service = coordinator::CoordinatorService::Start(f->config, &f->launcher);
+  if (!service.ok()) {
+    std::fprintf(stderr, "coordinator_bench: %s\n", service.status().ToString().c_str());
+    return false;
+  }
+  f->service = std::move(*service);
+  f->admin.address = "localhost:" + std::to_string(f->service->port());
+  f->admin.tls_ca_file = d + "/tls/ca.crt";
+  f->admin.token = kAdminToken;
+  f->jobs = coordinator::JobClient::Connect(f->admin).value();
+  f->spec = BenchJobSpec();
+  f->job = *f->jobs->Submit(f->spec);
+  f->worker = f->admin;
+  f->worker.token = f->launcher.WaitToken(f->job);
+  for (int c = 0; c < f->args.channels; ++c) {
+    f->stubs.push_back(
+        proto::WorkerService::NewStub(BenchChannel(f->worker.address, f->worker.tls_ca_file, c)));
+  }
+  return true;
+}
+
+// Registers the job's worker group and leases its first kLeased steps. False, with a line on
+// stderr, when the coordinator refuses.
+bool RegisterAndLease(const Fixture& f) {
+  const grpc::Status s =
+      RegisterWhenLaunching(f.stubs[0].get(), f.job, [&](grpc::ClientContext* c) { f.Prepare(c); });
+  if (!s.ok()) {
+    std::fprintf(stderr, "coordinator_bench: register: %s\n", s.error_message().c_str());
+    return false;
+  }
   for (int64_t from = 0; from < kLeased; from += 1024) {
     grpc::ClientContext c;
-    context(&c);
+    f.Prepare(&c);
     proto::LeaseBatchesRequest req;
-    req.set_job_id(job);
-    req.set_incarnation(incarnation);
+    req.set_job_id(f.job);
+    req.set_incarnation(kIncarnation);
     req.set_from_step(from);
     req.set_count(1024);
     proto::LeaseBatchesResponse resp;
-    if (!stubs[0]->LeaseBatches(&c, req, &resp).ok()) return 1;
+    const grpc::Status lease = f.stubs[0]->LeaseBatches(&c, req, &resp);
+    if (!lease.ok()) {
+      std::fprintf(stderr, "coordinator_bench: lease: %s\n", lease.error_message().c_str());
+      return false;
+    }
   }
+  return true;
+}
 
-  // ---- Baseline in the same run: gRPC health checks (a trivial unary RPC of the same server,
-  // channels and TLS, without auth or a store) at the same concurrency.
+// Sends one heartbeat of `job`'s worker group; counts it in `pending` until its answer, whose
+// latency goes into `lat`.
+void IssueHeartbeat(proto::WorkerService::Stub* stub, const std::string& job,
+                    const std::string& token, Latencies* lat, std::atomic<int64_t>* pending) {
+  struct Call : AsyncCall<proto::HeartbeatRequest, proto::HeartbeatResponse> {
+    Clock::time_point start;
+  };
+  auto* call = new Call;
+  call->context.AddMetadata("authorization", "Bearer " + token);
+  call->req.set_job_id(job);
+  call->req.set_incarnation(kIncarnation);
+  call->start = Clock::now();
+  ++*pending;
+  stub->async()->Heartbeat(&call->context, &call->req, &call->resp,
+                           [call, lat, pending](grpc::Status s) {
+                             lat->Add(MsSince(call->start), s);
+                             delete call;
+                             --*pending;
+                           });
+}
+
+// The baseline: gRPC health checks (a trivial unary RPC of the same server, channels and TLS,
+// without auth or a store) at the same concurrency as the loops below.
+void RunHealthChecks(const Fixture& f, LoopResult* out) {
   std::vector<std::unique_ptr<grpc::GenericStub>> generic;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("fullband.bench_channel", c);
-    auto credentials = coordinator::MakeClientTlsCredentials(wo.tls_ca_file);
+  for (int c = 0; c < f.args.channels; ++c) {
     generic.push_back(std::make_unique<grpc::GenericStub>(
-        grpc::CreateCustomChannel(wo.address, *credentials, args)));
+        BenchChannel(f.worker.address, f.worker.tls_ca_file, c)));
   }
-  Latencies base_lat;
-  double cpu_base = CpuSeconds();
-  auto tb = Clock::now();
-  ClosedLoop(in_flight, seconds, base_lat, [&](int slot, auto done) {
+  TimedClosedLoop(f.args.in_flight, f.args.seconds, out, [&](int slot, auto done) {
     struct Call {
       grpc::ClientContext context;
       grpc::Slice empty{std::string{}};
@@ -276,263 +404,270 @@ int Main(int argc, char** argv) {
       grpc::ByteBuffer resp;
     };
     auto* call = new Call;
-    generic[slot % channels]->UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
-                                        grpc::StubOptions(), &call->req, &call->resp,
+    generic[slot % f.args.channels]->UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
+                                               grpc::StubOptions(), &call->req, &call->resp,
+                                               [call, done](grpc::Status s) {
+                                                 delete call;
+                                                 done(s);
+                                               });
+  });
+}
+
+// ReportStep of the job's next steps, each durable before it is acknowledged; then whether
+// the ledger counts what was acknowledged, and the store's synced writes meanwhile.
+struct ReportResult {
+  LoopResult loop;
+  std::atomic<int64_t> acked{0};
+  int64_t counted = 0;
+  uint64_t synced_writes = 0, batches = 0;
+};
+
+void RunReportSteps(const Fixture& f, ReportResult* out) {
+  std::atomic<int64_t> next_step{0};
+  const coordinator::Store::Stats before = f.service->coordinator()->store()->stats();
+  TimedClosedLoop(f.args.in_flight, f.args.seconds, &out->loop, [&](int slot, auto done) {
+    auto* call = new AsyncCall<proto::ReportStepRequest, proto::ReportStepResponse>;
+    f.Prepare(&call->context);
+    call->req.set_job_id(f.job);
+    call->req.set_incarnation(kIncarnation);
+    call->req.set_step(next_step++);
+    call->req.set_tokens(128);
+    call->req.set_passes(1);
+    call->req.add_losses(2.0);
+    f.stub(slot)->async()->ReportStep(&call->context, &call->req, &call->resp,
+                                      [call, done, out](grpc::Status s) {
+                                        if (s.ok() && !call->resp.duplicate()) ++out->acked;
+                                        delete call;
+                                        done(s);
+                                      });
+  });
+  const coordinator::Store::Stats after = f.service->coordinator()->store()->stats();
+  out->synced_writes = after.synced_writes - before.synced_writes;
+  out->batches = after.batches - before.batches;
+  out->counted = f.jobs->Get(f.job)->ledger().steps();
+}
+
+// LeaseBatches of 16 steps already leased (no write).
+void RunLeases(const Fixture& f, LoopResult* out) {
+  std::atomic<int64_t> lease_from{0};
+  TimedClosedLoop(f.args.in_flight, f.args.seconds, out, [&](int slot, auto done) {
+    auto* call = new AsyncCall<proto::LeaseBatchesRequest, proto::LeaseBatchesResponse>;
+    f.Prepare(&call->context);
+    call->req.set_job_id(f.job);
+    call->req.set_incarnation(kIncarnation);
+    call->req.set_from_step((lease_from += 16) % (kLeased - 16));
+    call->req.set_count(16);
+    f.stub(slot)->async()->LeaseBatches(&call->context, &call->req, &call->resp,
                                         [call, done](grpc::Status s) {
                                           delete call;
                                           done(s);
                                         });
   });
-  const double base_seconds = std::chrono::duration<double>(Clock::now() - tb).count();
-  cpu_base = CpuSeconds() - cpu_base;
+}
 
-  // ---- ReportStep, durable before acknowledged.
-  std::atomic<int64_t> next_step{0}, acked{0};
-  Latencies report_lat;
-  const coordinator::Store::Stats before = (*service)->coordinator()->store()->stats();
-  double cpu_start = CpuSeconds();
-  auto t0 = Clock::now();
-  ClosedLoop(in_flight, seconds, report_lat, [&](int slot, auto done) {
-    struct Call {
-      grpc::ClientContext context;
-      proto::ReportStepRequest req;
-      proto::ReportStepResponse resp;
-    };
-    auto* call = new Call;
-    context(&call->context);
-    call->req.set_job_id(job);
-    call->req.set_incarnation(incarnation);
-    call->req.set_step(next_step++);
-    call->req.set_tokens(128);
-    call->req.set_passes(1);
-    call->req.add_losses(2.0);
-    stubs[slot % channels]->async()->ReportStep(&call->context, &call->req, &call->resp,
-                                                [call, done, &acked](grpc::Status s) {
-                                                  if (s.ok() && !call->resp.duplicate()) ++acked;
-                                                  delete call;
-                                                  done(s);
-                                                });
-  });
-  const double report_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double report_cpu = CpuSeconds() - cpu_start;
-  const coordinator::Store::Stats after = (*service)->coordinator()->store()->stats();
-  const int64_t counted = jobs->Get(job)->ledger().steps();
+// (job id, worker token) of each of --groups jobs, each with its worker group registered.
+using GroupJobs = std::vector<std::pair<std::string, std::string>>;
 
-  // ---- LeaseBatches of leased steps (no write).
-  Latencies lease_lat;
-  std::atomic<int64_t> lease_from{0};
-  cpu_start = CpuSeconds();
-  t0 = Clock::now();
-  ClosedLoop(in_flight, seconds, lease_lat, [&](int slot, auto done) {
-    struct Call {
-      grpc::ClientContext context;
-      proto::LeaseBatchesRequest req;
-      proto::LeaseBatchesResponse resp;
-    };
-    auto* call = new Call;
-    context(&call->context);
-    call->req.set_job_id(job);
-    call->req.set_incarnation(incarnation);
-    call->req.set_from_step((lease_from += 16) % (kLeased - 16));
-    call->req.set_count(16);
-    stubs[slot % channels]->async()->LeaseBatches(&call->context, &call->req, &call->resp,
-                                                  [call, done](grpc::Status s) {
-                                                    delete call;
-                                                    done(s);
-                                                  });
-  });
-  const double lease_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double lease_cpu = CpuSeconds() - cpu_start;
-
-  // ---- Heartbeats of `groups` worker groups, each every hb_interval seconds.
-  std::vector<std::pair<std::string, std::string>> group_jobs;  // (job, token)
-  proto::JobSpec group_spec = spec;                             // a small plan each: 1,000 steps
+// Submits --groups jobs of 1,000 steps and registers a worker group for each. nullopt, with a
+// line on stderr, when a registration is refused.
+std::optional<GroupJobs> StartGroups(Fixture& f) {
+  GroupJobs group_jobs;
+  proto::JobSpec group_spec = f.spec;  // a small plan each: 1,000 steps
   group_spec.mutable_config()->mutable_budget()->set_amount(128.0 * 1000);
-  for (int g = 0; g < groups; ++g) group_jobs.emplace_back(*jobs->Submit(group_spec), "");
-  for (auto& [id, token] : group_jobs) token = launcher.WaitToken(id);
-  for (auto& [id, token] : group_jobs) {
-    for (;;) {
-      grpc::ClientContext c;
-      c.AddMetadata("authorization", "Bearer " + token);
-      proto::RegisterWorkerGroupRequest req;
-      req.set_job_id(id);
-      req.set_incarnation(incarnation);
-      req.set_world_size(1);
-      proto::RegisterWorkerGroupResponse resp;
-      const grpc::Status s = stubs[0]->RegisterWorkerGroup(&c, req, &resp);
-      if (s.ok()) break;
-      if (s.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return 1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int g = 0; g < f.args.groups; ++g) group_jobs.emplace_back(*f.jobs->Submit(group_spec), "");
+  for (auto& [id, token] : group_jobs) token = f.launcher.WaitToken(id);
+  for (const auto& [id, token] : group_jobs) {
+    const grpc::Status s = RegisterWhenLaunching(f.stubs[0].get(), id, [&](grpc::ClientContext* c) {
+      c->AddMetadata("authorization", "Bearer " + token);
+    });
+    if (!s.ok()) {
+      std::fprintf(stderr, "coordinator_bench: register %s: %s\n", id.c_str(),
+                   s.error_message().c_str());
+      return std::nullopt;
     }
   }
-  // The same service with every group registered and no traffic: the floor of the CPU cost.
-  const double idle_seconds = args.idle_seconds;
-  double idle_cpu = CpuSeconds();
-  std::this_thread::sleep_for(std::chrono::duration<double>(idle_seconds));
-  idle_cpu = CpuSeconds() - idle_cpu;
-  Latencies hb_lat;
-  std::atomic<int64_t> hb_pending{0};
-  const double hb_seconds = std::max(seconds, 2 * hb_interval);
-  const double cpu0 = CpuSeconds();
-  t0 = Clock::now();
-  const double gap = hb_interval / groups;
-  for (int64_t i = 0;; ++i) {
-    const auto at =
-        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap * i));
-    if (at - t0 > std::chrono::duration<double>(hb_seconds)) break;
-    std::this_thread::sleep_until(at);
-    const auto& [id, token] = group_jobs[i % groups];
-    struct Call {
-      grpc::ClientContext context;
-      proto::HeartbeatRequest req;
-      proto::HeartbeatResponse resp;
-      Clock::time_point start;
-    };
-    auto* call = new Call;
-    call->context.AddMetadata("authorization", "Bearer " + token);
-    call->req.set_job_id(id);
-    call->req.set_incarnation(incarnation);
-    call->start = Clock::now();
-    ++hb_pending;
-    stubs[i % channels]->async()->Heartbeat(
-        &call->context, &call->req, &call->resp, [call, &hb_lat, &hb_pending](grpc::Status s) {
-          const double ms =
-              std::chrono::duration<double, std::milli>(Clock::now() - call->start).count();
-          {
-            std::lock_guard<std::mutex> lock(hb_lat.mu);
-            hb_lat.ms.push_back(ms);
-            if (!s.ok() && hb_lat.errors++ == 0) hb_lat.first_error = s.error_message();
-          }
-          delete call;
-          --hb_pending;
-        });
-  }
-  while (hb_pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double hb_wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double hb_cpu = CpuSeconds() - cpu0;
+  return group_jobs;
+}
 
-  // ---- The same groups heartbeating, leasing and reporting: each slot sends a heartbeat and
-  // leases then reports the group's next step. Every acknowledged report must be counted once.
+// Every group heartbeating every --heartbeat-interval seconds, the beats spread evenly, for
+// at least two intervals; and, before that, the CPU of the same service with every group
+// registered and no traffic: the floor of the cost.
+struct HeartbeatResult {
+  Latencies lat;
+  double wall = 0, cpu = 0, idle_cpu = 0;
+};
+
+void RunHeartbeats(const Fixture& f, const GroupJobs& group_jobs, HeartbeatResult* out) {
+  const double idle_cpu = CpuSeconds();
+  std::this_thread::sleep_for(std::chrono::duration<double>(f.args.idle_seconds));
+  out->idle_cpu = CpuSeconds() - idle_cpu;
+  const double interval = f.args.heartbeat_interval;
+  std::atomic<int64_t> pending{0};
+  const double cpu0 = CpuSeconds();
+  out->wall = PacedLoop(interval / f.args.groups, std::max(f.args.seconds, 2 * interval), pending,
+                        [&](int64_t i) {
+                          const auto& [id, token] = group_jobs[i % f.args.groups];
+                          IssueHeartbeat(f.stub(i), id, token, &out->lat, &pending);
+                        });
+  out->cpu = CpuSeconds() - cpu0;
+}
+
+// The groups heartbeating, leasing and reporting: every acknowledged report must be counted
+// exactly once, in its own job's ledger.
+struct TrafficResult {
+  Latencies lat;
+  double wall = 0;
+  int64_t acked = 0, counted = 0, mismatched_jobs = 0;
+};
+
+// What one slot of a group's traffic sends: a heartbeat, and the lease and report of its next
+// step; alive until the last of its callbacks.
+struct TrafficCall {
+  grpc::ClientContext hb_context, lease_context, report_context;
+  proto::HeartbeatRequest hb;
+  proto::HeartbeatResponse hb_resp;
+  proto::LeaseBatchesRequest lease;
+  proto::LeaseBatchesResponse lease_resp;
+  proto::ReportStepRequest report;
+  proto::ReportStepResponse report_resp;
+  Clock::time_point start;
+};
+
+std::shared_ptr<TrafficCall> MakeTrafficCall(const std::string& job, const std::string& token,
+                                             int64_t step) {
+  auto call = std::make_shared<TrafficCall>();
+  for (grpc::ClientContext* c : {&call->hb_context, &call->lease_context, &call->report_context}) {
+    c->AddMetadata("authorization", "Bearer " + token);
+  }
+  call->hb.set_job_id(job);
+  call->hb.set_incarnation(kIncarnation);
+  call->lease.set_job_id(job);
+  call->lease.set_incarnation(kIncarnation);
+  call->lease.set_from_step(step);
+  call->lease.set_count(1);
+  call->report.set_job_id(job);
+  call->report.set_incarnation(kIncarnation);
+  call->report.set_step(step);
+  call->report.set_tokens(128);
+  call->report.set_passes(1);
+  call->report.add_losses(2.0);
+  return call;
+}
+
+// Sends `call`'s heartbeat, and its lease then, once leased, its report. `pending` counts the
+// two chains until they end; `acked` counts the report if acknowledged and new.
+void IssueTraffic(proto::WorkerService::Stub* stub, std::shared_ptr<TrafficCall> call,
+                  Latencies* lat, std::atomic<int64_t>* acked, std::atomic<int64_t>* pending) {
+  call->start = Clock::now();
+  *pending += 2;
+  stub->async()->Heartbeat(&call->hb_context, &call->hb, &call->hb_resp,
+                           [call, lat, pending](grpc::Status s) {
+                             lat->Add(MsSince(call->start), s);
+                             --*pending;
+                           });
+  stub->async()->LeaseBatches(&call->lease_context, &call->lease, &call->lease_resp,
+                              [call, stub, lat, acked, pending](grpc::Status s) {
+                                lat->Add(MsSince(call->start), s);
+                                if (!s.ok()) {
+                                  --*pending;
+                                  return;
+                                }
+                                const Clock::time_point report_start = Clock::now();
+                                stub->async()->ReportStep(
+                                    &call->report_context, &call->report, &call->report_resp,
+                                    [call, report_start, lat, acked, pending](grpc::Status s) {
+                                      lat->Add(MsSince(report_start), s);
+                                      if (s.ok() && !call->report_resp.duplicate()) ++*acked;
+                                      --*pending;
+                                    });
+                              });
+}
+
+void RunGroupsTraffic(const Fixture& f, const GroupJobs& group_jobs, TrafficResult* out) {
+  const int groups = f.args.groups;
   std::vector<std::atomic<int64_t>> group_acked(groups);
   std::vector<int64_t> group_next(groups, 0);
-  Latencies traffic_lat;
-  std::atomic<int64_t> traffic_pending{0};
-  const double traffic_gap = hb_interval / groups;
-  const auto tt = Clock::now();
-  for (int64_t i = 0;; ++i) {
-    const auto at = tt + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(traffic_gap * i));
-    if (at - tt > std::chrono::duration<double>(seconds)) break;
-    std::this_thread::sleep_until(at);
-    const int g = static_cast<int>(i % groups);
-    const auto& [id, token] = group_jobs[g];
-    struct Call {
-      grpc::ClientContext hb_context, lease_context, report_context;
-      proto::HeartbeatRequest hb;
-      proto::HeartbeatResponse hb_resp;
-      proto::LeaseBatchesRequest lease;
-      proto::LeaseBatchesResponse lease_resp;
-      proto::ReportStepRequest report;
-      proto::ReportStepResponse report_resp;
-      Clock::time_point start;
-    };
-    auto call = std::make_shared<Call>();  // freed with the last of its three callbacks
-    for (grpc::ClientContext* c :
-         {&call->hb_context, &call->lease_context, &call->report_context}) {
-      c->AddMetadata("authorization", "Bearer " + token);
-    }
-    call->hb.set_job_id(id);
-    call->hb.set_incarnation(incarnation);
-    call->lease.set_job_id(id);
-    call->lease.set_incarnation(incarnation);
-    call->lease.set_from_step(group_next[g]);
-    call->lease.set_count(1);
-    call->report.set_job_id(id);
-    call->report.set_incarnation(incarnation);
-    call->report.set_step(group_next[g]++);
-    call->report.set_tokens(128);
-    call->report.set_passes(1);
-    call->report.add_losses(2.0);
-    call->start = Clock::now();
-    traffic_pending += 2;
-    auto* stub = stubs[i % channels].get();
-    const auto finish = [&traffic_lat, &traffic_pending](const grpc::Status& s,
-                                                         Clock::time_point start) {
-      std::lock_guard<std::mutex> lock(traffic_lat.mu);
-      traffic_lat.ms.push_back(
-          std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-      if (!s.ok() && traffic_lat.errors++ == 0) traffic_lat.first_error = s.error_message();
-    };
-    stub->async()->Heartbeat(&call->hb_context, &call->hb, &call->hb_resp,
-                             [call, finish, &traffic_pending](grpc::Status s) {
-                               finish(s, call->start);
-                               --traffic_pending;
-                             });
-    stub->async()->LeaseBatches(
-        &call->lease_context, &call->lease, &call->lease_resp,
-        [call, stub, g, finish, &group_acked, &traffic_pending](grpc::Status s) {
-          finish(s, call->start);
-          if (!s.ok()) {
-            --traffic_pending;
-            return;
-          }
-          const Clock::time_point report_start = Clock::now();
-          stub->async()->ReportStep(
-              &call->report_context, &call->report, &call->report_resp,
-              [call, g, finish, report_start, &group_acked, &traffic_pending](grpc::Status s) {
-                finish(s, report_start);
-                if (s.ok() && !call->report_resp.duplicate()) ++group_acked[g];
-                --traffic_pending;
-              });
-        });
-  }
-  while (traffic_pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double traffic_wall = std::chrono::duration<double>(Clock::now() - tt).count();
-  int64_t traffic_acked = 0, traffic_counted = 0, mismatched_jobs = 0;
+  std::atomic<int64_t> pending{0};
+  out->wall =
+      PacedLoop(f.args.heartbeat_interval / groups, f.args.seconds, pending, [&](int64_t i) {
+        const int g = static_cast<int>(i % groups);
+        const auto& [id, token] = group_jobs[g];
+        IssueTraffic(f.stub(i), MakeTrafficCall(id, token, group_next[g]++), &out->lat,
+                     &group_acked[g], &pending);
+      });
   std::map<std::string, int64_t> counted_by_job;
-  const std::vector<proto::Job> all_jobs = jobs->List(/*include_finished=*/true).value();
+  const std::vector<proto::Job> all_jobs = f.jobs->List(/*include_finished=*/true).value();
   for (const proto::Job& j : all_jobs) {
     counted_by_job[j.id()] = j.ledger().steps();
   }
   for (int g = 0; g < groups; ++g) {
-    traffic_acked += group_acked[g].load();
-    traffic_counted += counted_by_job[group_jobs[g].first];
-    if (counted_by_job[group_jobs[g].first] != group_acked[g].load()) ++mismatched_jobs;
+    out->acked += group_acked[g].load();
+    out->counted += counted_by_job[group_jobs[g].first];
+    if (counted_by_job[group_jobs[g].first] != group_acked[g].load()) ++out->mismatched_jobs;
   }
+}
 
-  // ---- Failure detection: a group that stops heartbeating is relaunched after the timeout.
-  (*service)->Stop();
-  service->reset();
-  coordinator::ServiceConfig fc = sc;
-  fc.store_dir = d + "/store-failure";
+// Failure detection: a group that stops heartbeating is relaunched after the timeout. Stops
+// the fixture's service and runs one of its own on a store of its own, with a heartbeat
+// interval of 0.5 s and a timeout of 2 s.
+struct FailureResult {
+  double timeout = 0, tick = 0;
+  double detect = 0;  // seconds from the last sign of life to the relaunch, less the timeout
+};
+
+std::optional<FailureResult> MeasureFailureDetection(Fixture& f) {
+  f.service->Stop();
+  f.service.reset();
+  coordinator::ServiceConfig fc = f.config;
+  fc.store_dir = f.args.dir + "/store-failure";
   fc.heartbeat_interval_seconds = 0.5;
   fc.heartbeat_timeout_seconds = 2;
   fc.tick_seconds = 0.5;  // the default
-  NullLauncher failure_launcher;
-  auto failure_service = coordinator::CoordinatorService::Start(fc, &failure_launcher);
-  o.address = "localhost:" + std::to_string((*failure_service)->port());
-  auto failure_jobs = coordinator::JobClient::Connect(o).value();
-  const std::string fjob = *failure_jobs->Submit(spec);
-  ClientOptions fo = o;
-  fo.token = failure_launcher.WaitToken(fjob);
-  Clock::time_point last_beat;
-  {
-    std::unique_ptr<coordinator::WorkerClient> w;
-    for (;;) {
-      auto r = coordinator::WorkerClient::Register(fo, fjob, 0, 1);
-      if (r.ok()) {
-        w = std::move(*r);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    last_beat = Clock::now();  // the registration is the last sign of life; no beat follows
-    w.reset();
+  NullLauncher launcher;
+  auto service = coordinator::CoordinatorService::Start(fc, &launcher);
+  if (!service.ok()) {
+    std::fprintf(stderr, "coordinator_bench: %s\n", service.status().ToString().c_str());
+    return std::nullopt;
   }
-  const Clock::time_point relaunched = failure_launcher.WaitLaunch(fjob + "/1");
-  const double detect =
-      std::chrono::duration<double>(relaunched - last_beat).count() - fc.heartbeat_timeout_seconds;
+  ClientOptions o = f.admin;
+  o.address = "localhost:" + std::to_string((*service)->port());
+  const std::string job = *coordinator::JobClient::Connect(o).value()->Submit(f.spec);
+  o.token = launcher.WaitToken(job);
+  std::unique_ptr<coordinator::WorkerClient> w;
+  for (;;) {
+    auto r = coordinator::WorkerClient::Register(o, job, 0, 1);
+    if (r.ok()) {
+      w = std::move(*r);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const Clock::time_point last_beat = Clock::now();  // the registration; no beat follows
+  w.reset();
+  const Clock::time_point relaunched = launcher.WaitLaunch(job + "/1");
+  FailureResult r;
+  r.timeout = fc.heartbeat_timeout_seconds;
+  r.tick = fc.tick_seconds;
+  r.detect = std::chrono::duration<double>(relaunched - last_beat).count() - r.timeout;
+  (*service)->Stop();
+  return r;
+}
 
+// What the phases measured, in the order they run.
+struct Results {
+  LoopResult health;
+  ReportResult report;
+  LoopResult lease;
+  HeartbeatResult heartbeats;
+  TrafficResult traffic;
+  FailureResult failure;
+};
+
+// Prints the results as one JSON object (the header of this file says what each part is).
+void PrintResults(const Args& a, Results& r) {
+  LoopResult &base = r.health, &report = r.report.loop, &lease = r.lease;
+  HeartbeatResult& hb = r.heartbeats;
+  TrafficResult& traffic = r.traffic;
   std::printf(
       "{\"bench\": \"coordinator\", \"cpu\": \"%s\", \"cores\": %u, \"tls\": true, "
       "\"auth\": true,\n"
@@ -553,33 +688,57 @@ int Main(int argc, char** argv) {
       "\"reports_counted\": %lld, \"jobs_where_counted_differs\": %lld},\n"
       " \"failure\": {\"heartbeat_timeout_s\": %.1f, \"tick_s\": %.2f, "
       "\"relaunch_after_timeout_s\": %.3f}}\n",
-      CpuModel().c_str(), std::thread::hardware_concurrency(), in_flight,
-      base_lat.ms.size() / base_seconds, Percentile(base_lat.ms, 0.5),
-      Percentile(base_lat.ms, 0.99), static_cast<long long>(base_lat.errors),
-      1e6 * cpu_base / std::max<size_t>(1, base_lat.ms.size()), in_flight, channels, report_seconds,
-      report_lat.ms.size(), report_lat.ms.size() / report_seconds, Percentile(report_lat.ms, 0.5),
-      Percentile(report_lat.ms, 0.99), static_cast<long long>(report_lat.errors),
-      static_cast<long long>(acked.load()), static_cast<long long>(counted),
-      static_cast<unsigned long long>(after.synced_writes - before.synced_writes),
-      static_cast<double>(after.batches - before.batches) /
-          std::max<uint64_t>(1, after.synced_writes - before.synced_writes),
-      1e6 * report_cpu / std::max<size_t>(1, report_lat.ms.size()), in_flight, lease_seconds,
-      lease_lat.ms.size(), lease_lat.ms.size() / lease_seconds, Percentile(lease_lat.ms, 0.5),
-      Percentile(lease_lat.ms, 0.99), static_cast<long long>(lease_lat.errors),
-      1e6 * lease_cpu / std::max<size_t>(1, lease_lat.ms.size()), groups, hb_interval, hb_wall,
-      hb_lat.ms.size(), Percentile(hb_lat.ms, 0.5), Percentile(hb_lat.ms, 0.99),
-      static_cast<long long>(hb_lat.errors), 100 * hb_cpu / hb_wall, 100 * idle_cpu / idle_seconds,
-      groups, traffic_wall, traffic_lat.ms.size(), Percentile(traffic_lat.ms, 0.5),
-      Percentile(traffic_lat.ms, 0.99), static_cast<long long>(traffic_lat.errors),
-      static_cast<long long>(traffic_acked), static_cast<long long>(traffic_counted),
-      static_cast<long long>(mismatched_jobs), fc.heartbeat_timeout_seconds, fc.tick_seconds,
-      detect);
-  if (report_lat.errors > 0)
-    std::fprintf(stderr, "first report error: %s\n", report_lat.first_error.c_str());
-  (*failure_service)->Stop();
-  std::filesystem::remove_all(dir);
-  return counted == acked.load() && report_lat.errors == 0 && mismatched_jobs == 0 &&
-                 traffic_lat.errors == 0
+      CpuModel().c_str(), std::thread::hardware_concurrency(), a.in_flight,
+      base.lat.ms.size() / base.seconds, Percentile(base.lat.ms, 0.5),
+      Percentile(base.lat.ms, 0.99), static_cast<long long>(base.lat.errors),
+      1e6 * base.cpu / std::max<size_t>(1, base.lat.ms.size()), a.in_flight, a.channels,
+      report.seconds, report.lat.ms.size(), report.lat.ms.size() / report.seconds,
+      Percentile(report.lat.ms, 0.5), Percentile(report.lat.ms, 0.99),
+      static_cast<long long>(report.lat.errors), static_cast<long long>(r.report.acked.load()),
+      static_cast<long long>(r.report.counted),
+      static_cast<unsigned long long>(r.report.synced_writes),
+      static_cast<double>(r.report.batches) / std::max<uint64_t>(1, r.report.synced_writes),
+      1e6 * report.cpu / std::max<size_t>(1, report.lat.ms.size()), a.in_flight, lease.seconds,
+      lease.lat.ms.size(), lease.lat.ms.size() / lease.seconds, Percentile(lease.lat.ms, 0.5),
+      Percentile(lease.lat.ms, 0.99), static_cast<long long>(lease.lat.errors),
+      1e6 * lease.cpu / std::max<size_t>(1, lease.lat.ms.size()), a.groups, a.heartbeat_interval,
+      hb.wall, hb.lat.ms.size(), Percentile(hb.lat.ms, 0.5), Percentile(hb.lat.ms, 0.99),
+      static_cast<long long>(hb.lat.errors), 100 * hb.cpu / hb.wall,
+      100 * hb.idle_cpu / a.idle_seconds, a.groups, traffic.wall, traffic.lat.ms.size(),
+      Percentile(traffic.lat.ms, 0.5), Percentile(traffic.lat.ms, 0.99),
+      static_cast<long long>(traffic.lat.errors), static_cast<long long>(traffic.acked),
+      static_cast<long long>(traffic.counted), static_cast<long long>(traffic.mismatched_jobs),
+      r.failure.timeout, r.failure.tick, r.failure.detect);
+}
+
+// Runs the phases in order on the fixture's service. False when one cannot go on.
+bool RunPhases(Fixture& f, Results* r) {
+  if (!RegisterAndLease(f)) return false;
+  RunHealthChecks(f, &r->health);
+  RunReportSteps(f, &r->report);
+  RunLeases(f, &r->lease);
+  const std::optional<GroupJobs> group_jobs = StartGroups(f);
+  if (!group_jobs) return false;
+  RunHeartbeats(f, *group_jobs, &r->heartbeats);
+  RunGroupsTraffic(f, *group_jobs, &r->traffic);
+  const std::optional<FailureResult> failure = MeasureFailureDetection(f);
+  if (!failure) return false;
+  r->failure = *failure;
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  Fixture f;
+  if (const std::optional<int> exit = ParseArgs(argc, argv, &f.args)) return *exit;
+  Results r;
+  if (!StartService(&f) || !RunPhases(f, &r)) return 1;
+  PrintResults(f.args, r);
+  if (r.report.loop.lat.errors > 0) {
+    std::fprintf(stderr, "first report error: %s\n", r.report.loop.lat.first_error.c_str());
+  }
+  std::filesystem::remove_all(f.args.dir);
+  return r.report.counted == r.report.acked.load() && r.report.loop.lat.errors == 0 &&
+                 r.traffic.mismatched_jobs == 0 && r.traffic.lat.errors == 0
              ? 0
              : 1;
 }

@@ -54,140 +54,179 @@ std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   return cl.Parse(argc, argv);
 }
 
+// The documents of the input as ingest sees them: a JSONL file's "text" fields, or a text
+// file as one document; and the input's size in bytes.
+struct Corpus {
+  std::vector<std::string> docs;
+  uint64_t bytes = 0;
+};
+
+// nullopt, with a line on stderr, when `input` cannot be read.
+std::optional<Corpus> ReadCorpus(const std::string& input) {
+  std::ifstream in(input, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "ingest_bench: cannot read %s\n", input.c_str());
+    return std::nullopt;
+  }
+  Corpus c;
+  const bool jsonl = input.size() > 6 && input.substr(input.size() - 6) == ".jsonl";
+  if (jsonl) {
+    std::string line;
+    while (std::getline(in, line)) {
+      c.bytes += line.size() + 1;
+      if (line.empty()) continue;
+      c.docs.push_back(nlohmann::json::parse(line).at("text").get<std::string>());
+    }
+  } else {
+    c.docs.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    c.bytes = c.docs.back().size();
+  }
+  return c;
+}
+
+// --copies: writes `input` `copies` times over into one file in `dir` (same name) and repeats
+// the corpus to match; returns that file's path.
+std::string WriteCopies(const std::string& input, int copies, const std::string& dir,
+                        Corpus* corpus) {
+  std::filesystem::create_directories(dir);
+  const std::string source = dir + "/" + std::filesystem::path(input).filename().string();
+  std::ifstream in(input, std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream out(source, std::ios::binary);
+  for (int k = 0; k < copies; ++k) out << all;
+  const std::vector<std::string> one = corpus->docs;
+  for (int k = 1; k < copies; ++k) corpus->docs.insert(corpus->docs.end(), one.begin(), one.end());
+  corpus->bytes *= static_cast<uint64_t>(copies);
+  return source;
+}
+
+// The baseline: every document encoded on one thread, plus <|endoftext|>; returns the tokens.
+int64_t EncodeOneThread(const dataloader::Tokenizer& tok, const std::vector<std::string>& docs) {
+  std::vector<uint32_t> ids;
+  int64_t tokens = 0;
+  for (const std::string& d : docs) {
+    ids.clear();
+    tok.Encode(d, false, &ids);
+    tokens += static_cast<int64_t>(ids.size()) + 1;
+  }
+  return tokens;
+}
+
+// The bound: document i encoded by thread i mod `threads`, nothing else.
+void EncodeOnThreads(const dataloader::Tokenizer& tok, const std::vector<std::string>& docs,
+                     int threads) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<uint32_t> ids;
+      for (size_t i = static_cast<size_t>(t); i < docs.size(); i += static_cast<size_t>(threads)) {
+        ids.clear();
+        tok.Encode(docs[i], false, &ids);
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+}
+
+// `fullband ingest` of `source` into a new store `out` (which must not exist) on `threads`
+// threads; returns the tokens it stored. Exits 1 when ingest fails.
+int64_t IngestOnce(const dataloader::Tokenizer& tok, const std::string& source,
+                   const std::string& out, int threads) {
+  dataloader::IngestOptions o;
+  o.inputs = {source};
+  o.out = out;
+  o.seq_len = 2048;
+  o.threads = threads;
+  StatusOr<dataloader::IngestResult> r = dataloader::Ingest(tok, o, nullptr);
+  if (!r.ok()) {
+    std::fprintf(stderr, "ingest_bench: %s\n", r.status().ToString().c_str());
+    std::exit(1);
+  }
+  return r->totals.tokens;
+}
+
+// Wall and CPU seconds of each measurement, a round each: CPU over wall tells cores left idle
+// from work that grew when it ran beside other threads. And the tokens each way counted.
+struct Rounds {
+  std::vector<double> t_one, t_threads, t_ingest, cpu_threads, cpu_ingest;
+  int64_t tokens = 0, ingested = 0;
+};
+
+void Timed(const std::function<void()>& fn, std::vector<double>* wall, std::vector<double>* cpu) {
+  const double c0 = bench::ProcessCpuSeconds();
+  wall->push_back(bench::Seconds(fn));
+  cpu->push_back(bench::ProcessCpuSeconds() - c0);
+}
+
+// The three measurements interleaved, `reps` rounds after one unmeasured run of each encoding;
+// each ingest writes a new store at `dir`, the last one removed before its clock starts.
+Rounds Measure(const dataloader::Tokenizer& tok, const Corpus& corpus, const std::string& source,
+               const std::string& dir, int threads, int reps) {
+  Rounds r;
+  const auto encode_one_thread = [&] { r.tokens = EncodeOneThread(tok, corpus.docs); };
+  const auto encode_threads = [&] { EncodeOnThreads(tok, corpus.docs, threads); };
+  const auto ingest = [&] { r.ingested = IngestOnce(tok, source, dir, threads); };
+  encode_one_thread();  // warm up
+  encode_threads();
+  for (int i = 0; i < reps; ++i) {
+    r.t_one.push_back(bench::Seconds(encode_one_thread));
+    std::filesystem::remove_all(dir);
+    Timed(ingest, &r.t_ingest, &r.cpu_ingest);
+    Timed(encode_threads, &r.t_threads, &r.cpu_threads);
+  }
+  return r;
+}
+
+// One JSON line per measurement (medians), then the ratios.
+void PrintResults(const Args& a, const Corpus& corpus, const Rounds& r) {
+  const double t_encode = bench::Median(r.t_one), t_bound = bench::Median(r.t_threads),
+               t_all = bench::Median(r.t_ingest);
+  const bench::RoundRatio ingest_ratio = bench::RoundRatios(r.t_one, r.t_ingest);
+  const bench::RoundRatio bound_ratio = bench::RoundRatios(r.t_one, r.t_threads);
+  const double mb = static_cast<double>(corpus.bytes) / 1e6;
+  std::printf(
+      "{\"bench\": \"ingest\", \"impl\": \"encode_1_thread\", \"input\": \"%s\", \"copies\": %d, "
+      "\"mb\": %.2f, \"documents\": %zu, \"tokens\": %ld, \"mb_per_s\": %.2f, "
+      "\"seconds_median\": %.3f}\n",
+      a.input.c_str(), a.copies, mb, corpus.docs.size(), r.tokens, mb / t_encode, t_encode);
+  std::printf(
+      "{\"bench\": \"ingest\", \"impl\": \"encode_only\", \"threads\": %d, \"mb_per_s\": %.2f, "
+      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
+      a.threads, mb / t_bound, t_bound, bench::Median(r.cpu_threads));
+  std::printf(
+      "{\"bench\": \"ingest\", \"impl\": \"ingest\", \"threads\": %d, \"mb_per_s\": %.2f, "
+      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
+      a.threads, mb / t_all, t_all, bench::Median(r.cpu_ingest));
+  std::printf(
+      "{\"bench\": \"ingest\", \"summary\": true, \"rounds\": %d, \"ingest_over_encode\": %.3f, "
+      "\"ingest_over_encode_min\": %.3f, \"ingest_over_encode_max\": %.3f, "
+      "\"encode_only_over_encode\": %.3f, \"cpu\": \"%s\", \"cores\": %u}\n",
+      a.reps, ingest_ratio.median, ingest_ratio.min, ingest_ratio.max, bound_ratio.median,
+      bench::CpuModel().c_str(), std::thread::hardware_concurrency());
+}
+
 int Run(int argc, char** argv) {
   Args args;
   if (const std::optional<int> exit = ParseArgs(argc, argv, &args)) return *exit;
-  const std::string& input = args.input;
-  const int threads = args.threads, reps = args.reps, copies = args.copies;
   StatusOr<dataloader::Tokenizer> tok = dataloader::Tokenizer::Load(args.ranks);
   if (!tok.ok()) {
     std::fprintf(stderr, "ingest_bench: %s\n", tok.status().ToString().c_str());
     return 1;
   }
-
-  // The documents, as ingest sees them.
-  std::vector<std::string> docs;
-  uint64_t bytes = 0;
-  {
-    std::ifstream in(input, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "ingest_bench: cannot read %s\n", input.c_str());
-      return 1;
-    }
-    const bool jsonl = input.size() > 6 && input.substr(input.size() - 6) == ".jsonl";
-    if (jsonl) {
-      std::string line;
-      while (std::getline(in, line)) {
-        bytes += line.size() + 1;
-        if (line.empty()) continue;
-        docs.push_back(nlohmann::json::parse(line).at("text").get<std::string>());
-      }
-    } else {
-      docs.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      bytes = docs.back().size();
-    }
-  }
-
-  // --copies: the input K times over, in one file.
+  std::optional<Corpus> corpus = ReadCorpus(args.input);
+  if (!corpus) return 1;
   const std::string dir = "/tmp/fullband_ingest_bench_" + std::to_string(getpid());
-  std::string source = input;
-  if (copies > 1) {
-    std::filesystem::create_directories(dir + "_in");
-    source = dir + "_in/" + std::filesystem::path(input).filename().string();
-    std::ifstream in(input, std::ios::binary);
-    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream out(source, std::ios::binary);
-    for (int k = 0; k < copies; ++k) out << all;
-    const std::vector<std::string> one = docs;
-    for (int k = 1; k < copies; ++k) docs.insert(docs.end(), one.begin(), one.end());
-    bytes *= static_cast<uint64_t>(copies);
-  }
-
-  int64_t tokens = 0, ingested = 0;
-  auto encode_one_thread = [&] {
-    std::vector<uint32_t> ids;
-    tokens = 0;
-    for (const std::string& d : docs) {
-      ids.clear();
-      tok->Encode(d, false, &ids);
-      tokens += static_cast<int64_t>(ids.size()) + 1;
-    }
-  };
-  auto encode_threads = [&] {  // document i to thread i mod N
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        std::vector<uint32_t> ids;
-        for (size_t i = static_cast<size_t>(t); i < docs.size();
-             i += static_cast<size_t>(threads)) {
-          ids.clear();
-          tok->Encode(docs[i], false, &ids);
-        }
-      });
-    }
-    for (std::thread& th : pool) th.join();
-  };
-  auto ingest = [&] {  // into a new store: the last one is removed before the clock starts
-    dataloader::IngestOptions o;
-    o.inputs = {source};
-    o.out = dir;
-    o.seq_len = 2048;
-    o.threads = threads;
-    StatusOr<dataloader::IngestResult> r = dataloader::Ingest(*tok, o, nullptr);
-    if (!r.ok()) {
-      std::fprintf(stderr, "ingest_bench: %s\n", r.status().ToString().c_str());
-      std::exit(1);
-    }
-    ingested = r->totals.tokens;
-  };
-  encode_one_thread();  // warm up
-  encode_threads();
-  // Wall and CPU seconds of each phase: CPU over wall tells cores left idle from work that
-  // grew when it ran beside other threads.
-  std::vector<double> t_one, t_threads, t_ingest, cpu_threads, cpu_ingest;
-  auto timed = [](const std::function<void()>& fn, std::vector<double>* wall,
-                  std::vector<double>* cpu) {
-    const double c0 = bench::ProcessCpuSeconds();
-    wall->push_back(bench::Seconds(fn));
-    cpu->push_back(bench::ProcessCpuSeconds() - c0);
-  };
-  for (int r = 0; r < reps; ++r) {
-    t_one.push_back(bench::Seconds(encode_one_thread));
-    std::filesystem::remove_all(dir);
-    timed(ingest, &t_ingest, &cpu_ingest);
-    timed(encode_threads, &t_threads, &cpu_threads);
-  }
-  const double t_encode = bench::Median(t_one), t_bound = bench::Median(t_threads),
-               t_all = bench::Median(t_ingest);
-  const bench::RoundRatio ingest_ratio = bench::RoundRatios(t_one, t_ingest);
-  const bench::RoundRatio bound_ratio = bench::RoundRatios(t_one, t_threads);
+  const std::string source =
+      args.copies > 1 ? WriteCopies(args.input, args.copies, dir + "_in", &*corpus) : args.input;
+  const Rounds rounds = Measure(*tok, *corpus, source, dir, args.threads, args.reps);
   std::filesystem::remove_all(dir);
-  if (copies > 1) std::filesystem::remove_all(dir + "_in");
-  if (ingested != tokens) {
-    std::fprintf(stderr, "ingest_bench: ingest counted %ld tokens, encoding %ld\n", ingested,
-                 tokens);
+  if (args.copies > 1) std::filesystem::remove_all(dir + "_in");
+  if (rounds.ingested != rounds.tokens) {
+    std::fprintf(stderr, "ingest_bench: ingest counted %ld tokens, encoding %ld\n", rounds.ingested,
+                 rounds.tokens);
     return 1;
   }
-  const double mb = static_cast<double>(bytes) / 1e6;
-  std::printf(
-      "{\"bench\": \"ingest\", \"impl\": \"encode_1_thread\", \"input\": \"%s\", \"copies\": %d, "
-      "\"mb\": %.2f, \"documents\": %zu, \"tokens\": %ld, \"mb_per_s\": %.2f, "
-      "\"seconds_median\": %.3f}\n",
-      input.c_str(), copies, mb, docs.size(), tokens, mb / t_encode, t_encode);
-  std::printf(
-      "{\"bench\": \"ingest\", \"impl\": \"encode_only\", \"threads\": %d, \"mb_per_s\": %.2f, "
-      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
-      threads, mb / t_bound, t_bound, bench::Median(cpu_threads));
-  std::printf(
-      "{\"bench\": \"ingest\", \"impl\": \"ingest\", \"threads\": %d, \"mb_per_s\": %.2f, "
-      "\"seconds_median\": %.3f, \"cpu_seconds_median\": %.3f}\n",
-      threads, mb / t_all, t_all, bench::Median(cpu_ingest));
-  std::printf(
-      "{\"bench\": \"ingest\", \"summary\": true, \"rounds\": %d, \"ingest_over_encode\": %.3f, "
-      "\"ingest_over_encode_min\": %.3f, \"ingest_over_encode_max\": %.3f, "
-      "\"encode_only_over_encode\": %.3f, \"cpu\": \"%s\", \"cores\": %u}\n",
-      reps, ingest_ratio.median, ingest_ratio.min, ingest_ratio.max, bound_ratio.median,
-      bench::CpuModel().c_str(), std::thread::hardware_concurrency());
+  PrintResults(args, *corpus, rounds);
   return 0;
 }
 

@@ -63,132 +63,170 @@ class CoordinatorProcess {
   int port_ = 0;
 };
 
-TEST(CrashE2e, KillDashNine_LosesNoAcknowledgedReportAndCountsNoneTwice) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("fullband-crash-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string config_path = (dir / "coordinator.yaml").string();
-  std::ofstream(config_path) << "listen: 127.0.0.1:0\nstore_dir: " << (dir / "store").string()
-                             << "\njobs_dir: " << (dir / "jobs").string()
-                             << "\ntick_seconds: 0.05\ndirect_single_process: true\n"
-                             << "kill_grace_seconds: 1\n";
-  Config job_config = SmallTestConfig();
-  job_config.budget.amount = 128.0 * 1'000'000;
-  job_config.launcher.command = {"/bin/sleep", "600"};  // the test itself is the worker group
+constexpr int64_t kSteps = 8192;
 
-  auto process = std::make_unique<CoordinatorProcess>(config_path);
-  ASSERT_GT(process->port(), 0);
-  ClientOptions o;
-  o.address = "127.0.0.1:" + std::to_string(process->port());
-  o.max_attempts = 1;
-  o.rpc_timeout_seconds = 10;
-  auto jobs = JobClient::Connect(o);
-  ASSERT_TRUE(jobs.ok());
-  proto::JobSpec spec;
-  spec.set_name("crash");
-  *spec.mutable_config() = ToProto(job_config);
-  StatusOr<std::string> id = (*jobs)->Submit(spec);
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
-  ASSERT_EQ(
-      (*jobs)
-          ->Watch(*id, [](const proto::Job& j) { return j.state() != proto::JOB_STATE_LAUNCHING; })
-          .code(),
-      StatusCode::kCancelled);
-  auto stub = proto::WorkerService::NewStub(*MakeChannel(o));
-  const auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(10); };
-  {
-    grpc::ClientContext c;
-    proto::RegisterWorkerGroupRequest req;
-    req.set_job_id(*id);
-    req.set_incarnation(kIncarnation);
-    req.set_world_size(1);
-    proto::RegisterWorkerGroupResponse resp;
-    ASSERT_TRUE(stub->RegisterWorkerGroup(&c, req, &resp).ok());
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(10);
+}
+
+// The coordinator process on a store in a fresh directory, with one job whose worker group is
+// the test itself.
+class CrashE2e : public ::testing::Test {
+ protected:
+  CrashE2e()
+      : dir_(std::filesystem::temp_directory_path() /
+             ("fullband-crash-" + std::to_string(::getpid()))),
+        config_path_((dir_ / "coordinator.yaml").string()) {}
+
+  // Writes the coordinator's config, starts it and submits the job (launched by a sleep, so
+  // that the test can be its worker group); returns when the job is launched.
+  void StartCoordinatorAndJob() {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(config_path_) << "listen: 127.0.0.1:0\nstore_dir: " << (dir_ / "store").string()
+                                << "\njobs_dir: " << (dir_ / "jobs").string()
+                                << "\ntick_seconds: 0.05\ndirect_single_process: true\n"
+                                << "kill_grace_seconds: 1\n";
+    Config job_config = SmallTestConfig();
+    job_config.budget.amount = 128.0 * 1'000'000;
+    job_config.launcher.command = {"/bin/sleep", "600"};  // the test itself is the worker group
+    options_.max_attempts = 1;
+    options_.rpc_timeout_seconds = 10;
+    ASSERT_NO_FATAL_FAILURE(StartProcess());
+    auto jobs = JobClient::Connect(options_);
+    ASSERT_TRUE(jobs.ok());
+    proto::JobSpec spec;
+    spec.set_name("crash");
+    *spec.mutable_config() = ToProto(job_config);
+    StatusOr<std::string> id = (*jobs)->Submit(spec);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    job_id_ = *id;
+    ASSERT_EQ(
+        (*jobs)
+            ->Watch(job_id_,
+                    [](const proto::Job& j) { return j.state() != proto::JOB_STATE_LAUNCHING; })
+            .code(),
+        StatusCode::kCancelled);
   }
-  constexpr int64_t kSteps = 8192;
-  for (int64_t from = 0; from < kSteps; from += 1024) {
-    grpc::ClientContext c;
-    c.set_deadline(deadline());
-    proto::LeaseBatchesRequest req;
-    req.set_job_id(*id);
-    req.set_incarnation(kIncarnation);
-    req.set_from_step(from);
-    req.set_count(1024);
-    proto::LeaseBatchesResponse resp;
-    ASSERT_TRUE(stub->LeaseBatches(&c, req, &resp).ok());
+
+  // (Re)starts the coordinator process on the same config and store; options_ and stub_ then
+  // reach it.
+  void StartProcess() {
+    process_.reset();
+    process_ = std::make_unique<CoordinatorProcess>(config_path_);
+    ASSERT_GT(process_->port(), 0);
+    options_.address = "127.0.0.1:" + std::to_string(process_->port());
+    stub_ = proto::WorkerService::NewStub(*MakeChannel(options_));
   }
-  const auto report = [&](proto::WorkerService::Stub* s, int64_t step,
-                          proto::ReportStepResponse* resp) {
+
+  // Registers the worker group and leases the job's first kSteps steps.
+  void RegisterAndLease() {
+    {
+      grpc::ClientContext c;
+      proto::RegisterWorkerGroupRequest req;
+      req.set_job_id(job_id_);
+      req.set_incarnation(kIncarnation);
+      req.set_world_size(1);
+      proto::RegisterWorkerGroupResponse resp;
+      ASSERT_TRUE(stub_->RegisterWorkerGroup(&c, req, &resp).ok());
+    }
+    for (int64_t from = 0; from < kSteps; from += 1024) {
+      grpc::ClientContext c;
+      c.set_deadline(Deadline());
+      proto::LeaseBatchesRequest req;
+      req.set_job_id(job_id_);
+      req.set_incarnation(kIncarnation);
+      req.set_from_step(from);
+      req.set_count(1024);
+      proto::LeaseBatchesResponse resp;
+      ASSERT_TRUE(stub_->LeaseBatches(&c, req, &resp).ok());
+    }
+  }
+
+  grpc::Status Report(int64_t step, proto::ReportStepResponse* resp) {
     grpc::ClientContext c;
-    c.set_deadline(deadline());
+    c.set_deadline(Deadline());
     proto::ReportStepRequest req;
-    req.set_job_id(*id);
+    req.set_job_id(job_id_);
     req.set_incarnation(kIncarnation);
     req.set_step(step);
     req.set_tokens(128);
     req.set_passes(1);
     req.add_losses(2.0);
-    return s->ReportStep(&c, req, resp);
-  };
+    return stub_->ReportStep(&c, req, resp);
+  }
 
-  // A stream of reports from kThreads threads until the coordinator dies under them.
-  std::mutex mu;
-  std::set<int64_t> acked, unacked;
-  std::atomic<int64_t> ack_count{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int64_t step = t; step < kSteps; step += kThreads) {
-        proto::ReportStepResponse resp;
-        const grpc::Status s = report(stub.get(), step, &resp);
-        std::lock_guard<std::mutex> lock(mu);
-        if (s.ok()) {
-          acked.insert(step);
-          ++ack_count;
-        } else {
-          unacked.insert(step);  // in flight when the coordinator died: to be re-sent
-          return;
+  // A stream of reports from kThreads threads, each its share of the steps in order, until
+  // the coordinator is killed with SIGKILL under them after 2,000 acknowledgements. Fills
+  // acked_ and unacked_ (the reports in flight at the kill, to be re-sent).
+  void StreamUntilKilled() {
+    std::mutex mu;
+    std::atomic<int64_t> ack_count{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int64_t step = t; step < kSteps; step += kThreads) {
+          proto::ReportStepResponse resp;
+          const grpc::Status s = Report(step, &resp);
+          std::lock_guard<std::mutex> lock(mu);
+          if (s.ok()) {
+            acked_.insert(step);
+            ++ack_count;
+          } else {
+            unacked_.insert(step);  // in flight when the coordinator died: to be re-sent
+            return;
+          }
         }
-      }
-    });
+      });
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (ack_count.load() < 2000 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+    ASSERT_GE(ack_count.load(), 2000) << "2000 reports not acknowledged within 2 minutes";
+    process_->Kill(SIGKILL);
+    for (auto& th : threads) th.join();
   }
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  while (ack_count.load() < 2000 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::yield();
-  }
-  ASSERT_GE(ack_count.load(), 2000) << "2000 reports not acknowledged within 2 minutes";
-  process->Kill(SIGKILL);
-  for (auto& th : threads) th.join();
-  ASSERT_GE(acked.size(), 2000u);
-  ASSERT_LT(acked.size(), static_cast<size_t>(kSteps)) << "the kill came after the stream";
-  std::printf("killed after %zu acknowledged reports, %zu in flight\n", acked.size(),
-              unacked.size());
 
-  process = std::make_unique<CoordinatorProcess>(config_path);
-  ASSERT_GT(process->port(), 0);
-  o.address = "127.0.0.1:" + std::to_string(process->port());
-  stub = proto::WorkerService::NewStub(*MakeChannel(o));
+  const std::filesystem::path dir_;
+  const std::string config_path_;
+  std::unique_ptr<CoordinatorProcess> process_;
+  ClientOptions options_;
+  std::string job_id_;
+  std::unique_ptr<proto::WorkerService::Stub> stub_;
+  std::set<int64_t> acked_, unacked_;
+};
+
+TEST_F(CrashE2e, KillDashNine_LosesNoAcknowledgedReportAndCountsNoneTwice) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinatorAndJob());
+  ASSERT_NO_FATAL_FAILURE(RegisterAndLease());
+  ASSERT_NO_FATAL_FAILURE(StreamUntilKilled());
+  ASSERT_GE(acked_.size(), 2000u);
+  ASSERT_LT(acked_.size(), static_cast<size_t>(kSteps)) << "the kill came after the stream";
+  std::printf("killed after %zu acknowledged reports, %zu in flight\n", acked_.size(),
+              unacked_.size());
+
+  ASSERT_NO_FATAL_FAILURE(StartProcess());
   // Every acknowledged report survived: repeating it is a duplicate.
-  for (int64_t step : acked) {
+  for (int64_t step : acked_) {
     proto::ReportStepResponse resp;
-    ASSERT_TRUE(report(stub.get(), step, &resp).ok()) << step;
+    ASSERT_TRUE(Report(step, &resp).ok()) << step;
     ASSERT_TRUE(resp.duplicate()) << "acknowledged step " << step << " was lost";
   }
   // The worker re-sends what was not acknowledged; each is counted at most once.
-  for (int64_t step : unacked) {
+  for (int64_t step : unacked_) {
     proto::ReportStepResponse resp;
-    ASSERT_TRUE(report(stub.get(), step, &resp).ok()) << step;
+    ASSERT_TRUE(Report(step, &resp).ok()) << step;
   }
-  auto jobs2 = JobClient::Connect(o);
-  StatusOr<proto::Job> job = (*jobs2)->Get(*id);
+  auto jobs = JobClient::Connect(options_);
+  StatusOr<proto::Job> job = (*jobs)->Get(job_id_);
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->ledger().steps(), static_cast<int64_t>(acked.size() + unacked.size()));
-  EXPECT_EQ(job->ledger().tokens(), 128 * static_cast<int64_t>(acked.size() + unacked.size()));
+  EXPECT_EQ(job->ledger().steps(), static_cast<int64_t>(acked_.size() + unacked_.size()));
+  EXPECT_EQ(job->ledger().tokens(), 128 * static_cast<int64_t>(acked_.size() + unacked_.size()));
   EXPECT_EQ(job->state(), proto::JOB_STATE_RUNNING);
-  ASSERT_TRUE((*jobs2)->Cancel(*id, "test over").ok());  // also ends the sleep
-  process.reset();
-  std::filesystem::remove_all(dir);
+  ASSERT_TRUE((*jobs)->Cancel(job_id_, "test over").ok());  // also ends the sleep
+  process_.reset();
+  std::filesystem::remove_all(dir_);
 }
 
 }  // namespace
