@@ -95,7 +95,7 @@ TEST(JobStoreFormat, StateRecordWithoutAState_IsDataLoss) {
   EXPECT_EQ(JobStore::DecodeState("\xff\xff", record).code(), StatusCode::kDataLoss);
 }
 
-// Every field of the three records of a job, written under FORMAT.md's keys, loads; written
+// Every field of the three records of a job, written under coordinator/FORMAT.md's keys, loads; written
 // back by JobStore, each record is what was stored.
 TEST_F(JobStoreTest, HandWrittenJob_LoadsAndIsWrittenBackUnchanged) {
   int counter = 0;
