@@ -6,7 +6,10 @@ every C++ and CUDA source of the tree. A file in folder F may include files of F
 the folders on lower floors; an include of a folder on a higher floor, or of another folder on
 F's own floor, is an error. Folders named in the design page as standing above every floor
 (`tests/`, `bench/`) are not checked; a folder holding sources that is on no floor is an error,
-so a new folder must be placed. Prints FILE:LINE: what for each error and exits 1 if any.
+so a new folder must be placed. Inside coordinator/, the layers of docs/DESIGN.md §7 (logic,
+proto adapter, transport; rows `| N | `coordinator/name`, ... |`) are checked the same way by
+file name: a layer's .h or .cc may not include a file of a higher layer. Prints FILE:LINE:
+what for each error and exits 1 if any.
 
 usage: floors_test.py REPOSITORY_ROOT
 """
@@ -21,21 +24,28 @@ ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-def read_floors(root):
-    """{folder: floor number} from the table of docs/DESIGN.md §3."""
+def read_table(root, section, cell):
+    """{name: floor number} from the rows of docs/DESIGN.md §`section` whose second cell names
+    things matching `cell`."""
     text = open(os.path.join(root, "docs/DESIGN.md"), encoding="utf-8").read()
-    m = re.search(r"^## 3\..*?(?=^## \d+\.)", text, re.M | re.S)
+    m = re.search(rf"^## {section}\..*?(?=^## \d+\.|\Z)", text, re.M | re.S)
     if not m:
-        sys.exit("docs/DESIGN.md has no section 3")
-    floors = {}
+        sys.exit(f"docs/DESIGN.md has no section {section}")
+    table = {}
     for line in m[0].splitlines():
         row = ROW.match(line)
         if row:
-            for folder in re.findall(r"`([\w-]+)/`", row[2]):
-                floors[folder] = int(row[1])
-    if not floors:
-        sys.exit("docs/DESIGN.md §3 has no table of floors")
-    return floors
+            for name in re.findall(cell, row[2]):
+                table[name] = int(row[1])
+    if not table:
+        sys.exit(f"docs/DESIGN.md §{section} has no table of floors")
+    return table
+
+
+def read_floors(root):
+    """{folder: floor} of §3, and {coordinator file stem: layer} of §7."""
+    return (read_table(root, 3, r"`([\w-]+)/`"),
+            read_table(root, 7, r"`coordinator/([\w-]+)`"))
 
 
 def sources(root):
@@ -44,6 +54,25 @@ def sources(root):
         for f in sorted(files):
             if f.endswith(SOURCES):
                 yield os.path.relpath(os.path.join(d, f), root)
+
+
+def check_layers(root, layers):
+    """Includes inside coordinator/ that go up one of §7's layers."""
+    errors = []
+    for rel in sources(root):
+        parts = rel.split(os.sep)
+        stem = os.path.splitext(parts[-1])[0]
+        if parts[0] != "coordinator" or len(parts) != 2 or stem not in layers:
+            continue
+        for n, line in enumerate(open(os.path.join(root, rel), encoding="utf-8"), 1):
+            inc = INCLUDE.match(line)
+            if not inc or not inc[1].startswith("coordinator/"):
+                continue
+            target = os.path.splitext(inc[1].split("/")[1])[0]
+            if layers.get(target, 0) > layers[stem]:
+                errors.append(f"{rel}:{n}: includes {inc[1]}, of layer {layers[target]} above "
+                              f"{stem}'s {layers[stem]} (docs/DESIGN.md §7)")
+    return errors
 
 
 def check(root, floors):
@@ -74,12 +103,13 @@ def check(root, floors):
 
 def main():
     root = os.path.abspath(sys.argv[1])
-    floors = read_floors(root)
-    errors = check(root, floors)
+    floors, layers = read_floors(root)
+    errors = check(root, floors) + check_layers(root, layers)
     for e in errors:
         print(e)
-    print(f"{len(errors)} include(s) against the floors of docs/DESIGN.md §3 "
-          f"({len(floors)} folders on {len(set(floors.values()))} floors)")
+    print(f"{len(errors)} include(s) against the floors of docs/DESIGN.md §3 and §7 "
+          f"({len(floors)} folders on {len(set(floors.values()))} floors; {len(layers)} "
+          f"coordinator files in {len(set(layers.values()))} layers)")
     return 1 if errors else 0
 
 
