@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Faults of a running coordinated job (docs/COORDINATOR.md, "Faults"), each on a DP2 + ZeRO-1
-# job of 40 steps that checkpoints every 4, against the same job run without faults:
+# job of 320 steps that checkpoints every 4, against the same job run without faults:
 #   1. kill -9 of worker rank 1 mid-run: the launcher sees the exit, the job restarts from its
 #      last checkpoint;
 #   2. rank 0 stopped with SIGSTOP (a hang, not an exit): the heartbeat deadline (3 s here)
@@ -19,7 +19,10 @@ set -euo pipefail
 fullband=$(realpath "$1")
 source "$(dirname "$0")/../e2e_lib.sh"
 scratch_dir
-steps=40 d_model=128 seq_len=64  # about 0.1 s a step: faults land mid-run
+# 320 steps: a fast CPU runs this model at about 0.04 s a step, and a fault must still land
+# mid-run after the status polls have seen step 10, which takes them up to about 3 s (at 40
+# steps the job could end before the first kill; at 160 the kill landed at step 92).
+steps=320 d_model=128 seq_len=64
 source "$(dirname "$0")/chaos_lib.sh"
 full_disk=$dir/ckpt-disk-full
 trap 'mountpoint -q "$full_disk" && umount "$full_disk"; cleanup' EXIT
