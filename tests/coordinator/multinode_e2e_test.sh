@@ -16,7 +16,7 @@ fullband=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tests/e2e_lib.sh"
 scratch_dir
-steps=40 d_model=128 seq_len=64  # about 0.1 s a step: long enough to see both ranks
+steps=320 d_model=128 seq_len=64  # still running after seconds of status polls at 0.04 s a step
 source "$root/tests/worker/chaos_lib.sh"
 hosts=$dir/hosts cluster=$dir/slurm
 trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true

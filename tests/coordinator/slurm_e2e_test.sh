@@ -20,7 +20,7 @@ fullband=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tests/e2e_lib.sh"
 scratch_dir
-steps=40 d_model=128 seq_len=64  # about 0.1 s a step: faults land mid-run
+steps=320 d_model=128 seq_len=64  # still running after seconds of status polls at 0.04 s a step
 source "$root/tests/worker/chaos_lib.sh"
 cluster=$dir/slurm
 trap '"$root/scripts/slurm_cluster.sh" stop "$cluster" > /dev/null 2>&1 || true; cleanup' EXIT

@@ -5,7 +5,8 @@
 # long a step takes), its uninterrupted run as the reference, and `check`, which holds a
 # faulted job to that reference.
 #   job NAME [WORKER_ARGS] [LAUNCHER_EXTRA]   prints the job's YAML (checkpoints in $dir/ckpt-NAME,
-#                                              tokens from $data, default $dir/tokens.bin)
+#                                              tokens from $data, default $dir/tokens.bin;
+#                                              restarts after $backoff s, default 2)
 #   json JOB · field JOB PYEXPR · holds JOB PYCOND · wait_until JOB PYCOND WHAT (240 s)
 #   final_shards NAME
 #   run_reference                              runs the clean job; sets $reference
@@ -26,7 +27,7 @@ schedule: {seed: 4, phases: [{until: 1.0, mix: {1: 0.5, 2: 0.3, 3: 0.2}}]}
 checkpoint: {dir: $dir/ckpt-$1, every_steps: 4, keep: 3}
 budget: {kind: tokens, amount: $((steps * 8 * seq_len))}
 runtime: {threads: 1, log_every: 1, peak_gflops: 1}
-launcher: {command: [$fullband, worker], extra_args: [${2:-}], max_restarts: ${max_restarts:-2}, backoff_seconds: 2${3:-}}
+launcher: {command: [$fullband, worker], extra_args: [${2:-}], max_restarts: ${max_restarts:-2}, backoff_seconds: ${backoff:-2}${3:-}}
 YAML
 }
 json() { "$fullband" status "$1" --json; }

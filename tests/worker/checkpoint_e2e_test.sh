@@ -47,7 +47,9 @@ grep -q "resuming at step 4" "$dir/jobs/$b/attempt-1.err" ||
 
 # 3. Rank 1 dies while saving step 16; while the job waits to restart, a byte of its newest
 # committed checkpoint (step 12) is flipped.
-job corrupt "--failpoint, checkpoint.after_shard@16, --failpoint-rank, 1" > "$dir/c.yaml"
+# The shard is damaged while the job waits to restart: a back-off of 10 s leaves room for the
+# status polls (which can take seconds on a loaded machine) before the new attempt reads it.
+backoff=10 job corrupt "--failpoint, checkpoint.after_shard@16, --failpoint-rank, 1" > "$dir/c.yaml"
 c=$("$fullband" submit "$dir/c.yaml")
 wait_until "$c" "j['state'].endswith('RESTARTING')" "corrupt: no restart after the failpoint"
 path=$(field "$c" "['checkpoint_path']")
