@@ -27,7 +27,7 @@ std::vector<ParamDef> ModelParameters(const ModelConfig& m) {
   int64_t layer = -1;  // of the tensors being added
   const auto add = [&](ParamRole role, std::vector<int64_t> shape, ParamKind kind, double init_std,
                        TpSplit split = TpSplit::kReplicated) {
-    out.push_back({role, layer, ParamName(role, layer), std::move(shape), kind, init_std, split});
+    out.push_back({role, layer, std::move(shape), kind, init_std, split});
   };
   using R = ParamRole;
   const int64_t d = m.d_model, hd = m.n_heads * m.head_dim, kvd = m.n_kv_heads * m.head_dim;

@@ -53,10 +53,9 @@ enum class ParamRole : uint8_t {
 inline constexpr int kParamRoles = static_cast<int>(ParamRole::kFeedbackNormIn) + 1;
 
 struct ParamDef {
-  ParamRole role = ParamRole::kEmbed;
-  int64_t layer = -1;          // of a per-layer tensor; -1 for the others
-  std::string name;            // "layers.3.attn.wq.weight": ParamName(role, layer)
-  std::vector<int64_t> shape;  // whole: (rows, cols) in PyTorch Linear convention, or (D)
+  ParamRole role = ParamRole::kEmbed;  // with `layer`, its key: ParamName(role, layer)
+  int64_t layer = -1;                  // of a per-layer tensor; -1 for the others
+  std::vector<int64_t> shape;          // whole: (rows, cols) in PyTorch Linear convention, or (D)
   ParamKind kind = ParamKind::kMatrix;
   double init_std = 0.0;  // N(0, init_std²) for matrices and the embedding; gains start at 1
   TpSplit split = TpSplit::kReplicated;

@@ -28,6 +28,9 @@ int64_t FromBigEndian(std::string_view s) {
 std::string StepKey(const std::string& id, int64_t step) {
   return StepPrefix(id) + BigEndian(step);
 }
+std::string CheckpointKey(const std::string& id, int64_t step) {
+  return CheckpointPrefix(id) + BigEndian(step);
+}
 int64_t StepOfKey(std::string_view key) { return FromBigEndian(key.substr(key.size() - 8)); }
 
 template <typename Message, typename T>
@@ -92,8 +95,7 @@ void JobStore::DeleteStep(const std::string& id, int64_t step, WriteSet& writes)
 
 void JobStore::PutCheckpoint(const std::string& id, int64_t step, const CheckpointRecord& record,
                              WriteSet& writes) {
-  writes.puts.emplace_back(CheckpointPrefix(id) + BigEndian(step),
-                           Encode<proto::StoredCheckpoint>(record));
+  writes.puts.emplace_back(CheckpointKey(id, step), Encode<proto::StoredCheckpoint>(record));
 }
 
 Status JobStore::DeleteCheckpointsAfter(const std::string& id, int64_t step,

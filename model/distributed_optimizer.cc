@@ -15,8 +15,8 @@ StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
     FB_ASSIGN_OR_RETURN(o->adamw_, AdamW::Create(optim, model->table(), backend));
     return o;
   }
-  o->shard_floats_ = model->params().numel() / groups.dp;
-  o->shard_begin_ = groups.dp_rank * o->shard_floats_;
+  o->shard_floats_ = model->params().numel() / groups.dp_device->size();
+  o->shard_begin_ = groups.dp_device->rank() * o->shard_floats_;
   FB_ASSIGN_OR_RETURN(
       ops::Arena arena,
       ops::Arena::Create(backend, 2 * static_cast<size_t>(o->shard_floats_) * sizeof(float)));

@@ -29,10 +29,11 @@ class DistributedOptimizer {
  public:
   // The groups the step reduces over (comm/process_groups.h); they outlive the optimizer.
   struct Groups {
-    comm::Communicator* world = nullptr;      // every rank (the norm under ZeRO-1)
-    comm::Communicator* tp = nullptr;         // host values of the TP group; null for tp = 1
-    comm::Communicator* dp_device = nullptr;  // the backend's memory of the DP group (ZeRO-1)
-    int dp = 1, dp_rank = 0;
+    comm::Communicator* world = nullptr;  // every rank (the norm under ZeRO-1)
+    comm::Communicator* tp = nullptr;     // host values of the TP group; null for tp = 1
+    // The backend's memory of the DP group (ZeRO-1; its rank and size are this rank's place in
+    // the DP group).
+    comm::Communicator* dp_device = nullptr;
   };
 
   // What ModelShape::param_multiple must be for the model this optimizer will step: ZeRO-1

@@ -12,7 +12,7 @@ void ParameterTable::Add(const ParamDef& def) {
   ParamSpec spec;
   spec.role = def.role;
   spec.layer = def.layer;
-  spec.name = def.name;
+  spec.name = ParamName(def.role, def.layer);
   spec.shape = global_shape;
   spec.box_offset.assign(global_shape.size(), 0);
   if (split != TpSplit::kReplicated) {

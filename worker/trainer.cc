@@ -73,11 +73,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, ops::Ba
   } else {
     FB_RETURN_IF_ERROR(t->model_->LoadParameters(config.runtime.init_from));
   }
-  const model::DistributedOptimizer::Groups og{.world = comm,
-                                               .tp = g.tp(),
-                                               .dp_device = g.dp_device(),
-                                               .dp = layout.dp,
-                                               .dp_rank = layout.dp_rank};
+  const model::DistributedOptimizer::Groups og{
+      .world = comm, .tp = g.tp(), .dp_device = g.dp_device()};
   FB_ASSIGN_OR_RETURN(
       t->optimizer_, model::DistributedOptimizer::Create(config.optim, zero1, t->model_.get(), og));
   if (layout.dp > 1 && !t->optimizer_->reduces_gradients()) {
